@@ -1,0 +1,35 @@
+# The two set-up commands of the README: `make run` and `make test`.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+RUN_DIR ?= runs/breakout
+RUN_ARGS ?= train.max_seconds=240
+
+.PHONY: install run test test-fast bench bench-quick lint clean
+
+install: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)  ## short single-node Breakout training run with a live progress display
+	$(BIN)/dba3c train configs/breakout.yaml run.dir=$(RUN_DIR) $(RUN_ARGS)
+
+test: $(STAMP)  ## the whole test suite (CI runs this)
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)  ## unit tests only
+	$(BIN)/python -m pytest -q -m "not slow and not slurm"
+
+bench: $(STAMP)  ## benchmark harness: bench/results.json + a table appended to docs/benchmarks.md
+	$(BIN)/dba3c bench
+
+bench-quick: $(STAMP)
+	$(BIN)/dba3c bench --quick
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

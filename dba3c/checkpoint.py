@@ -1,0 +1,140 @@
+"""Checkpoints: atomic, checksummed, never unpickled.
+
+A checkpoint file is ``MAGIC``, the SHA-256 of the payload in hex, a newline, and the payload:
+an uncompressed ``.npz`` of plain numeric arrays plus one JSON document (as bytes). Writing goes
+to a temporary file in the same directory, is fsynced, renamed over the final name and the
+directory fsynced, so a crash at any point leaves either the old set of files or the new one.
+Loading verifies the checksum and uses ``allow_pickle=False``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dba3c.errors import UserError
+
+MAGIC = b"DBA3C-CHECKPOINT-1\n"
+NAME = re.compile(r"^step-(\d{10})\.ckpt$")
+
+
+@dataclass
+class Checkpoint:
+    """Everything needed to resume bit-exactly.
+
+    theta, adam_m, adam_v: float32 [N]; adam_count: Adam updates applied; step: global step;
+    meta: JSON-able dict (config, parameter layout, seed, wall time so far, ...).
+    """
+
+    step: int
+    theta: np.ndarray
+    adam_m: np.ndarray
+    adam_v: np.ndarray
+    adam_count: int
+    meta: dict
+
+
+def checkpoint_path(directory: Path, step: int) -> Path:
+    """The file name of the checkpoint at ``step``."""
+    return Path(directory) / f"step-{step:010d}.ckpt"
+
+
+def encode(ckpt: Checkpoint) -> bytes:
+    """The checkpoint file's bytes."""
+    buf = io.BytesIO()
+    np.savez(buf, theta=ckpt.theta.astype(np.float32), adam_m=ckpt.adam_m.astype(np.float32),
+             adam_v=ckpt.adam_v.astype(np.float32),
+             counters=np.array([ckpt.step, ckpt.adam_count], np.int64),
+             meta=np.frombuffer(json.dumps(ckpt.meta).encode(), np.uint8))
+    payload = buf.getvalue()
+    return MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+
+
+def decode(data: bytes, source: str) -> Checkpoint:
+    """Parse and verify checkpoint bytes; UserError naming ``source`` if they are not one."""
+    if not data.startswith(MAGIC):
+        raise UserError(f"{source} is not a dba3c checkpoint (bad header)")
+    head = len(MAGIC)
+    digest, payload = data[head:head + 64], data[head + 65:]
+    if hashlib.sha256(payload).hexdigest().encode() != digest:
+        raise UserError(f"{source} is corrupt or truncated (checksum mismatch)")
+    try:
+        with np.load(io.BytesIO(payload), allow_pickle=False) as z:
+            step, count = (int(x) for x in z["counters"])
+            return Checkpoint(step, z["theta"], z["adam_m"], z["adam_v"], count,
+                              json.loads(z["meta"].tobytes().decode()))
+    except (ValueError, KeyError, OSError, json.JSONDecodeError) as e:
+        raise UserError(f"{source} has a valid checksum but unreadable content: {e}") from None
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def save(directory: Path, ckpt: Checkpoint, keep: int) -> Path:
+    """Write the checkpoint atomically, then delete all but the newest ``keep``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = checkpoint_path(directory, ckpt.step)
+    write_atomic(path, encode(ckpt))
+    for old in list_checkpoints(directory)[keep:]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def list_checkpoints(directory: Path) -> list[Path]:
+    """Checkpoint files in ``directory``, newest step first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [p for p in directory.iterdir() if NAME.match(p.name)]
+    return sorted(found, key=lambda p: p.name, reverse=True)
+
+
+def load(path: Path) -> Checkpoint:
+    """Read and verify one checkpoint file."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise UserError(f"cannot read checkpoint {path}: {e.strerror}") from None
+    return decode(data, str(path))
+
+
+def load_latest(directory: Path) -> Checkpoint | None:
+    """The newest valid checkpoint; corrupt ones are reported on stderr and skipped.
+    None when there is none at all; UserError when every one is corrupt."""
+    paths = list_checkpoints(directory)
+    problems = []
+    for path in paths:
+        try:
+            ckpt = load(path)
+        except UserError as e:
+            problems.append(str(e))
+            print(f"warning: {e}; trying an older checkpoint", file=sys.stderr)
+            continue
+        if problems:
+            print(f"warning: resuming from the older checkpoint {path.name}", file=sys.stderr)
+        return ckpt
+    if problems:
+        raise UserError(f"no usable checkpoint in {directory}: " + "; ".join(problems))
+    return None

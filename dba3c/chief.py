@@ -1,0 +1,166 @@
+"""The chief's duties, whatever the transport: the run directory, metrics, checkpoints,
+evaluation results and the decision to stop.
+
+The chief learns of each new global step through :meth:`Chief.on_step`, of workers' counters
+through :meth:`worker_report`, of parameter/Adam state through :meth:`save_checkpoint`, and of
+evaluations through :meth:`on_eval`. It never talks to other ranks itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+
+from dba3c import checkpoint
+from dba3c.config import Config, dump_yaml
+from dba3c.metrics import JsonlWriter, Progress, TensorBoard, truncate_jsonl
+
+FRACTIONS = ("compute", "wait_data", "wait_params", "predict", "emulate")
+
+
+class Chief:
+    """Owns the run directory of one training run.
+
+    Args:
+      cfg: the resolved config. start: the checkpoint resumed from (None for a fresh run).
+      layout: the parameter layout (stored in checkpoints). num_workers: gradient ranks.
+    """
+
+    def __init__(self, cfg: Config, start: checkpoint.Checkpoint | None, layout,
+                 num_workers: int):
+        self.cfg, self.layout, self.num_workers = cfg, layout, num_workers
+        self.dir = Path(cfg.run.dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "config.yaml").write_text(dump_yaml(cfg))
+        self.start_step = start.step if start else 0
+        self.time_offset = start.meta.get("time_s", 0.0) if start else 0.0
+        self.summary = start.meta.get("summary", {}) if start else {}
+        for name in ("metrics.jsonl", "eval.jsonl"):
+            truncate_jsonl(self.dir / name, self.start_step)
+        self.metrics = JsonlWriter(self.dir / "metrics.jsonl")
+        self.evals = JsonlWriter(self.dir / "eval.jsonl")
+        self.tb = TensorBoard(self.dir / "tb")
+        self.progress = Progress(cfg.run.progress, cfg.train.max_steps, self.start_step)
+        self.t0 = time.monotonic()
+        self.step = self.start_step
+        self.reports: dict[int, dict] = {}
+        self.extra: dict = {}  # e.g. dist/* counters from parameter servers
+        self._window = (time.monotonic(), 0.0, 0.0, {})  # (t, data points, frames, times)
+        self.stop_reason: str | None = None
+        self.summary.setdefault("target_score", cfg.eval.target_score)
+        self.summary.setdefault("time_to_target_s", None)
+
+    # ---- inputs -------------------------------------------------------------------------
+    def elapsed(self) -> float:
+        """Wall seconds of training, including earlier segments of a resumed run."""
+        return self.time_offset + time.monotonic() - self.t0
+
+    def worker_report(self, rank: int, report: dict) -> None:
+        """The newest cumulative counters and losses of one worker."""
+        self.reports[rank] = report
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM, SIGINT and SIGUSR2 ask for a checkpoint and a clean stop."""
+        def handler(signum, _frame):
+            self.request_stop(f"signal {signal.Signals(signum).name}")
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2):
+            signal.signal(sig, handler)
+
+    def request_stop(self, reason: str) -> None:
+        """Stop at the next step boundary (first reason wins)."""
+        self.stop_reason = self.stop_reason or reason
+
+    def on_step(self, step: int) -> None:
+        """A new global step exists: log it, check the time limit."""
+        self.step = step
+        max_s = self.cfg.train.max_seconds
+        if max_s and self.elapsed() >= max_s:
+            self.request_stop(f"train.max_seconds={max_s:g} reached")
+        if self.cfg.train.max_steps and step >= self.cfg.train.max_steps:
+            self.request_stop(f"train.max_steps={self.cfg.train.max_steps} reached")
+        if step % self.cfg.run.log_every == 0 or self.stop_reason:
+            self._log(step)
+
+    def checkpoint_due(self, step: int) -> bool:
+        """Whether the state at ``step`` should be written."""
+        every = self.cfg.run.checkpoint_every
+        return bool(every) and step % every == 0 and step > self.start_step
+
+    def save_checkpoint(self, step: int, theta: np.ndarray, adam_m: np.ndarray,
+                        adam_v: np.ndarray, adam_count: int) -> Path:
+        """Write the full state at ``step`` atomically."""
+        meta = {"config": self.cfg.to_dict(), "layout": self.layout.to_dict(),
+                "time_s": self.elapsed(), "seed": self.cfg.run.seed,
+                "summary": self.summary, "num_workers": self.num_workers}
+        return checkpoint.save(self.dir / "checkpoints",
+                               checkpoint.Checkpoint(step, theta, adam_m, adam_v, adam_count,
+                                                     meta),
+                               self.cfg.run.keep_checkpoints)
+
+    def on_eval(self, step: int, scores: list[float]) -> None:
+        """An evaluation of the parameters at ``step`` finished with these game scores."""
+        record = {"step": step, "time_s": self.elapsed(), "mean": float(np.mean(scores)),
+                  "max": float(np.max(scores)), "min": float(np.min(scores)),
+                  "std": float(np.std(scores)), "episodes": len(scores)}
+        self.evals.write(record)
+        self.tb.write(step, {f"eval/{k}_score": record[k] for k in ("mean", "max")})
+        if record["mean"] >= self.cfg.eval.target_score and \
+                self.summary["time_to_target_s"] is None:
+            self.summary.update(time_to_target_s=record["time_s"], target_step=step)
+            if self.cfg.eval.stop_at_target:
+                self.request_stop(f"eval.target_score={self.cfg.eval.target_score:g} reached")
+        self._write_summary()
+
+    # ---- outputs ------------------------------------------------------------------------
+    def _log(self, step: int) -> None:
+        now = time.monotonic()
+        reps = list(self.reports.values())
+        points = float(sum(r["count/data_points"] for r in reps))
+        frames = float(sum(r["count/env_frames"] for r in reps))
+        times = {k: sum(r[f"time/{k}"] for r in reps) for k in FRACTIONS}
+        t_prev, points_prev, frames_prev, times_prev = self._window
+        dt = max(now - t_prev, 1e-9)
+        self._window = (now, points, frames, times)
+        scores = [r["train/online_score"] for r in reps if r["train/online_score"] is not None]
+        record = {
+            "step": step, "time_s": round(self.elapsed(), 3),
+            "perf/data_points_per_s": (points - points_prev) / dt,
+            "perf/env_frames_per_s": (frames - frames_prev) / dt,
+            "train/online_score": float(np.mean(scores)) if scores else None,
+            "perf/effective_batch": self.cfg.train.batch_size * self.extra.get(
+                "dist/replicas", 1),
+        }
+        for key in ("loss/policy", "loss/value", "loss/entropy", "loss/total",
+                    "perf/policy_lag"):
+            values = [r[key] for r in reps if key in r]
+            record[key] = float(np.mean(values)) if values else None
+        for k in FRACTIONS:  # fraction of wall time per worker, averaged over workers
+            record[f"time/{k}"] = (times[k] - times_prev.get(k, 0.0)) / dt / max(len(reps), 1)
+        record.update(self.extra)
+        self.metrics.write(record)
+        self.tb.write(step, record)
+        self.progress.update(step, record)
+
+    def _write_summary(self) -> None:
+        text = json.dumps({**self.summary, "final_step": self.step, "time_s": self.elapsed()},
+                          indent=1, default=_json_default)
+        checkpoint.write_atomic(self.dir / "summary.json", text.encode())
+
+    def close(self) -> None:
+        """Flush everything; the summary records where the run stopped and why."""
+        self.summary.update(stop_reason=self.stop_reason, final_step=self.step)
+        self._write_summary()
+        self.progress.close()
+        self.metrics.close()
+        self.evals.close()
+        self.tb.close()
+
+
+def _json_default(x):
+    return None if isinstance(x, float) and not math.isfinite(x) else str(x)

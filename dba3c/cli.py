@@ -1,0 +1,148 @@
+"""The ``dba3c`` command line: the same code in one process, under mpiexec/srun, or submitit.
+
+Bad input of any kind ends with one line ``error: ...`` on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from dba3c.errors import TrainingError, UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports problems as one-line UserErrors instead of usage dumps."""
+
+    def error(self, message):
+        raise UserError(f"{message} (see `{self.prog} --help`)")
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="YAML preset, e.g. configs/breakout.yaml")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="config overrides with YAML typing, e.g. train.lr=3e-4")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The argument parser of every sub-command."""
+    parser = _Parser(prog="dba3c", description="Distributed synchronous BA3C for Atari.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("train", help="train (one process, or one rank under mpiexec/srun)")
+    _add_config_args(p)
+
+    p = sub.add_parser("describe", help="resolved config, parameter count, FLOPs, rank layout")
+    _add_config_args(p)
+    p.add_argument("--workers", type=int, default=0, help="gradient ranks to lay out")
+
+    p = sub.add_parser("launch", help="local multi-process dry run under mpiexec")
+    _add_config_args(p)
+    p.add_argument("--workers", type=int, required=True, help="ranks computing gradients")
+    p.add_argument("--ps", type=int, default=None, help="parameter servers (dist.ps)")
+    p.add_argument("--evaluator", action="store_true", help="add an evaluator rank")
+
+    p = sub.add_parser("evaluate", help="evaluate a checkpoint or run directory")
+    p.add_argument("target", help="checkpoint file or run directory")
+    p.add_argument("--episodes", type=int, default=None)
+    p.add_argument("--video", default=None, help="write an MP4 (or .gif) of one game")
+
+    p = sub.add_parser("plot", help="learning curves and scaling figures (PNG + CSV)")
+    p.add_argument("paths", nargs="+", help="run or sweep directories")
+    p.add_argument("--out", required=True, help="output directory")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; exit codes: 0 ok, 1 training failed, 2 bad input."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        args = make_parser().parse_args(argv)
+        return COMMANDS[args.command](args) or 0
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except TrainingError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+def cmd_train(args) -> int:
+    """``dba3c train``: world size 1 trains alone, otherwise this rank plays its role."""
+    from dba3c.config import load_config
+    from launch.mpienv import world_size_hint
+
+    cfg = load_config(args.config, args.overrides)
+    if world_size_hint() > 1:
+        from dba3c.distributed import train_distributed
+
+        return train_distributed(cfg)
+    from dba3c.runner import train_single
+
+    summary = train_single(cfg)
+    print(f"run finished at step {summary.get('final_step')} "
+          f"({summary.get('stop_reason')}); outputs in {cfg.run.dir}", file=sys.stderr)
+    return 0
+
+
+def cmd_describe(args) -> int:
+    """``dba3c describe``: what a run would be, without running it."""
+    from dba3c.config import dump_yaml, load_config
+    from dba3c.roles import make_roles, required_world_size
+    from dba3c.runner import make_spec
+
+    cfg = load_config(args.config, args.overrides)
+    spec = make_spec(cfg)
+    print(dump_yaml(cfg), end="")
+    print(f"parameters: {spec.layout().num_params}")
+    print(f"flops_per_state: {spec.flops_per_state()}")
+    print(f"flops_per_data_point: {spec.flops_per_data_point()}")
+    workers = args.workers or cfg.dist.workers
+    if workers:
+        roles = make_roles(required_world_size(cfg, workers), cfg)
+        print(f"world_size: {roles.world_size}")
+        for line in roles.describe():
+            print(line)
+    else:
+        print("world_size: 1 (pass --workers W to lay out a cluster)")
+    return 0
+
+
+def cmd_launch(args) -> int:
+    """``dba3c launch``: start mpiexec with the right number of ranks."""
+    from launch.local import launch_local
+
+    return launch_local(args.config, args.overrides, workers=args.workers, ps=args.ps,
+                        evaluator=args.evaluator)
+
+
+def cmd_plot(args) -> int:
+    """``dba3c plot``: PNG and CSV files for run and sweep directories."""
+    from dba3c.plots import plot_command
+
+    try:
+        written = plot_command(args.paths, args.out)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    for path in written:
+        print(path)
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    """``dba3c evaluate``: the evaluation offline, optionally with a video."""
+    from dba3c.offline import evaluate_command
+
+    return evaluate_command(args.target, args.episodes, args.video)
+
+
+COMMANDS = {"train": cmd_train, "describe": cmd_describe, "launch": cmd_launch,
+            "plot": cmd_plot, "evaluate": cmd_evaluate}
+
+if __name__ == "__main__":
+    sys.exit(main())

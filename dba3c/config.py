@@ -1,0 +1,377 @@
+"""Configuration: frozen dataclasses, YAML presets, ``KEY=VALUE`` overrides, one validator.
+
+A config is a tree of sections (``env``, ``model``, ``train``, ...). Every field carries its
+constraint in its metadata, and :func:`validate` checks all fields and the cross-field rules in
+one pass, so a user sees every mistake at once. Defaults are the paper's (Adamski et al. 2018).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import yaml
+
+from dba3c.errors import UserError
+
+Check = Callable[[Any], "str | None"]
+
+
+def _between(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> Check:
+    """A check that a number lies in [lo, hi] (or the open variants)."""
+    left, right = ("(" if lo_open else "["), (")" if hi_open else "]")
+    text = f"a number in {left}{lo}, {hi}{right}"
+
+    def check(x):
+        too_low = x <= lo if lo_open else x < lo
+        too_high = x >= hi if hi_open else x > hi
+        return text if (too_low or too_high) else None
+
+    return check
+
+
+def _one_of(*choices: str) -> Check:
+    """A check that a string is one of ``choices``."""
+    return lambda x: None if x in choices else "one of " + ", ".join(choices)
+
+
+def _opt(default, check: Check | None = None, doc: str = ""):
+    return field(default=default, metadata={"check": check, "doc": doc})
+
+
+POSITIVE = _between(1, float("inf"))
+NON_NEGATIVE = _between(0, float("inf"))
+UNIT = _between(0, 1)
+INF = float("inf")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Simulators: an ALE ROM name (``breakout``) or a gymnasium id (``CartPole-v1``)."""
+
+    id: str = _opt("breakout", None, "ALE ROM name (breakout, pong, ...) or gymnasium id")
+    num_envs: int = _opt(10, POSITIVE, "simulators per worker (paper: 10)")
+    batch_size: int = _opt(0, NON_NEGATIVE, "envs per async recv batch; 0 = num_envs // 2")
+    num_threads: int = _opt(0, NON_NEGATIVE, "ALE emulator threads; 0 = number of cores")
+    frame_skip: int = _opt(4, POSITIVE, "emulator frames per agent step")
+    sticky_actions: float = _opt(0.0, UNIT, "repeat_action_probability")
+    episodic_life: bool = _opt(False, None, "a lost life ends the training episode")
+    noop_max: int = _opt(30, NON_NEGATIVE, "random no-ops at episode start")
+    max_episode_frames: int = _opt(108000, POSITIVE, "frame cap per training episode")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The network: ``ba3c`` (paper), ``a3c_ff`` (Mnih et al.) or ``mlp`` (vector inputs)."""
+
+    kind: str = _opt("ba3c", _one_of("ba3c", "a3c_ff", "mlp"), "network")
+    hidden: int = _opt(128, POSITIVE, "units of the fully connected layer (paper: 128)")
+    obs: str = _opt("grayscale", _one_of("grayscale", "rgb"), "Atari observation colour")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The learner: n-step A3C loss, clipping, stopping conditions."""
+
+    batch_size: int = _opt(32, POSITIVE, "data points per worker mini-batch")
+    t_max: int = _opt(5, POSITIVE, "rollout length n of the n-step return")
+    gamma: float = _opt(0.99, UNIT, "discount")
+    entropy_beta: float = _opt(0.01, NON_NEGATIVE, "entropy bonus weight")
+    value_weight: float = _opt(0.5, NON_NEGATIVE, "value loss weight")
+    lr: float = _opt(1e-3, _between(0, 1, lo_open=True), "Adam learning rate")
+    grad_clip: float = _opt(0.1, NON_NEGATIVE, "clip threshold; 0 = off")
+    grad_clip_mode: str = _opt("average_norm", _one_of("average_norm", "global_norm"),
+                               "per-tensor average norm (paper) or global norm")
+    reward_clip: float = _opt(1.0, NON_NEGATIVE, "clip rewards to [-c, c]; 0 = off")
+    max_steps: int = _opt(100000, NON_NEGATIVE, "stop after this many updates; 0 = no limit")
+    max_seconds: float = _opt(0.0, NON_NEGATIVE, "stop after this wall time; 0 = no limit")
+    queue_size: int = _opt(2, POSITIVE, "mini-batches buffered between actor and trainer")
+    max_nonfinite: int = _opt(20, POSITIVE, "consecutive non-finite updates before giving up")
+
+
+@dataclass(frozen=True)
+class AdamConfig:
+    """Adam on the parameter servers (paper: beta1 0.8, beta2 0.75, epsilon 1e-8)."""
+
+    beta1: float = _opt(0.8, _between(0, 1, hi_open=True), "first-moment decay")
+    beta2: float = _opt(0.75, _between(0, 1, hi_open=True), "second-moment decay")
+    epsilon: float = _opt(1e-8, _between(0, 1, lo_open=True), "denominator guard")
+
+
+@dataclass(frozen=True)
+class DistConfig:
+    """The cluster layout and the gradient-aggregation protocol."""
+
+    mode: str = _opt("sync", _one_of("sync", "async"), "synchronous or asynchronous updates")
+    ps: int = _opt(1, POSITIVE, "parameter servers (shards of the model)")
+    workers: int = _opt(0, NON_NEGATIVE, "ranks computing gradients; 0 = from the world size")
+    replicas_to_aggregate: int = _opt(0, NON_NEGATIVE, "gradients per step; 0 = all workers")
+    chief_trains: bool = _opt(True, None, "rank 0 computes gradients too")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Greedy evaluation with frozen parameters (paper: every 1000 steps, 50 games)."""
+
+    every: int = _opt(1000, NON_NEGATIVE, "global steps between evaluations; 0 = never")
+    episodes: int = _opt(50, POSITIVE, "games per evaluation")
+    target_score: float = _opt(300.0, None, "time-to-target threshold on the mean score")
+    greedy: bool = _opt(True, None, "argmax actions (false: sample)")
+    rank: bool = _opt(False, None, "a dedicated evaluator rank in distributed runs")
+    stop_at_target: bool = _opt(False, None, "end the run when the target is reached")
+    noop_max: int = _opt(30, NON_NEGATIVE, "random no-op starts")
+    max_frames: int = _opt(18000, POSITIVE, "frame cap per evaluation episode")
+    num_envs: int = _opt(8, POSITIVE, "parallel evaluation games")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The run directory, seeding, checkpoints and logging."""
+
+    dir: str = _opt("runs/default", None, "run directory (resumed if it has checkpoints)")
+    seed: int = _opt(0, NON_NEGATIVE, "base random seed")
+    checkpoint_every: int = _opt(1000, NON_NEGATIVE, "steps between checkpoints; 0 = end only")
+    keep_checkpoints: int = _opt(3, POSITIVE, "checkpoints kept")
+    log_every: int = _opt(10, POSITIVE, "steps between metrics lines")
+    progress: str = _opt("auto", _one_of("auto", "bar", "lines", "none"),
+                         "live display: bar on a terminal, periodic lines otherwise")
+
+
+@dataclass(frozen=True)
+class DebugConfig:
+    """Fault injection and deterministic data for tests; never needed for real runs."""
+
+    synthetic_data: bool = _opt(False, None, "train on seeded random batches, no simulators")
+    slow_rank: int = _opt(-1, None, "this rank sleeps slow_seconds before each gradient")
+    slow_seconds: float = _opt(0.0, NON_NEGATIVE, "delay for slow_rank")
+    nan_at_step: int = _opt(-1, None, "make the gradient of this step non-finite; -1 = off")
+    nan_steps: int = _opt(1, POSITIVE, "how many consecutive steps get a non-finite gradient")
+    fail_rank: int = _opt(-1, None, "this rank raises RuntimeError at fail_step")
+    fail_step: int = _opt(-1, None, "step at which fail_rank raises")
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole resolved configuration."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    adam: AdamConfig = field(default_factory=AdamConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)
+
+    def to_dict(self) -> dict:
+        """The config as nested plain dicts (what ``config.yaml`` holds)."""
+        return dataclasses.asdict(self)
+
+
+SECTIONS: dict[str, type] = {
+    "env": EnvConfig, "model": ModelConfig, "train": TrainConfig, "adam": AdamConfig,
+    "dist": DistConfig, "eval": EvalConfig, "run": RunConfig, "debug": DebugConfig,
+}
+
+
+def all_keys() -> list[str]:
+    """Every dotted key a config accepts, e.g. ``train.lr``."""
+    return [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+
+
+def describe_keys() -> list[tuple[str, Any, str]]:
+    """(dotted key, default, help) for every key, for documentation and ``--help``."""
+    return [(f"{s}.{f.name}", f.default, f.metadata["doc"])
+            for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+
+
+def _closest(name: str, options: list[str]) -> str:
+    match = difflib.get_close_matches(name, options, n=1, cutoff=0.5)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def _type_error(key: str, value: Any, ftype: str) -> str | None:
+    """The message for ``value`` not being of the field type ``ftype`` (None if it is)."""
+    ok = {
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+        "bool": isinstance(value, bool),
+        "str": isinstance(value, str),
+    }[ftype]
+    if ok:
+        return None
+    kind = {"int": "an integer", "float": "a number", "bool": "true or false",
+            "str": "a string"}[ftype]
+    return f"{key}={value!r} must be {kind}"
+
+
+@functools.lru_cache(maxsize=1)
+def ale_games() -> tuple[str, ...]:
+    """The ROM names shipped inside ale-py."""
+    from ale_py.roms import get_all_rom_ids
+
+    return tuple(sorted(get_all_rom_ids()))
+
+
+def is_atari(env_id: str) -> bool:
+    """True when ``env_id`` names an ALE ROM (snake_case, no version suffix)."""
+    return "-v" not in env_id and "/" not in env_id
+
+
+def _env_id_error(env_id: str) -> str | None:
+    if is_atari(env_id):
+        if env_id in ale_games():
+            return None
+        close = difflib.get_close_matches(env_id, ale_games(), n=3, cutoff=0.6)
+        hint = f"close ROM names: {', '.join(close)}" if close else "see `dba3c describe --games`"
+        return f"env.id={env_id!r} is not an ALE ROM ({hint})"
+    import gymnasium
+
+    if env_id in gymnasium.registry:
+        return None
+    close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=3, cutoff=0.6)
+    hint = f"close ids: {', '.join(close)}" if close else "an ALE ROM name or a gymnasium id"
+    return f"env.id={env_id!r} is not a known environment ({hint})"
+
+
+def _cross_field_errors(cfg: Config) -> list[str]:
+    """Rules that involve more than one key."""
+    errors = []
+    if cfg.env.batch_size > cfg.env.num_envs:
+        errors.append(f"env.batch_size={cfg.env.batch_size} must be <= env.num_envs="
+                      f"{cfg.env.num_envs}")
+    atari = is_atari(cfg.env.id)
+    if atari and cfg.model.kind == "mlp":
+        errors.append(f"model.kind='mlp' needs a vector-observation env, not the Atari game "
+                      f"env.id={cfg.env.id!r} (use ba3c or a3c_ff)")
+    if not atari and cfg.model.kind != "mlp":
+        errors.append(f"model.kind={cfg.model.kind!r} needs an Atari env; env.id="
+                      f"{cfg.env.id!r} has vector observations (use mlp)")
+    workers = cfg.dist.workers
+    if workers and cfg.dist.replicas_to_aggregate > workers:
+        errors.append(f"dist.replicas_to_aggregate={cfg.dist.replicas_to_aggregate} must be "
+                      f"<= dist.workers={workers}")
+    if cfg.dist.mode == "async" and cfg.dist.replicas_to_aggregate not in (0, 1):
+        errors.append(f"dist.replicas_to_aggregate={cfg.dist.replicas_to_aggregate} has no "
+                      f"meaning in dist.mode=async (use 0)")
+    if cfg.train.max_steps == 0 and cfg.train.max_seconds == 0:
+        errors.append("train.max_steps=0 and train.max_seconds=0: the run would never end "
+                      "(set at least one)")
+    return errors
+
+
+def validate(cfg: Config) -> Config:
+    """Check every field and cross-field rule; raise one UserError listing all problems."""
+    errors = []
+    for section, cls in SECTIONS.items():
+        values = getattr(cfg, section)
+        for f in dataclasses.fields(cls):
+            key, value = f"{section}.{f.name}", getattr(values, f.name)
+            problem = _type_error(key, value, f.type)
+            if problem is None and f.metadata["check"] is not None:
+                allowed = f.metadata["check"](value)
+                problem = f"{key}={value!r} must be {allowed}" if allowed else None
+            if problem:
+                errors.append(problem)
+    if not errors:
+        env_problem = _env_id_error(cfg.env.id)
+        errors += [env_problem] if env_problem else []
+        errors += _cross_field_errors(cfg)
+    if errors:
+        raise UserError("; ".join(errors))
+    return cfg
+
+
+def from_dict(tree: dict, source: str = "config") -> Config:
+    """Build and validate a Config from nested dicts; unknown keys suggest the closest."""
+    if not isinstance(tree, dict):
+        raise UserError(f"{source} must be a mapping of sections "
+                        f"({', '.join(SECTIONS)}), got {type(tree).__name__}")
+    errors, sections = [], {}
+    for section, values in tree.items():
+        if section not in SECTIONS:
+            errors.append(f"unknown section {section!r} in {source}"
+                          f"{_closest(str(section), list(SECTIONS))}; allowed: "
+                          f"{', '.join(SECTIONS)}")
+            continue
+        if values is None:
+            values = {}
+        if not isinstance(values, dict):
+            errors.append(f"section {section!r} in {source} must be a mapping of keys")
+            continue
+        names = [f.name for f in dataclasses.fields(SECTIONS[section])]
+        for key in values:
+            if key not in names:
+                full = [f"{section}.{n}" for n in names]
+                errors.append(f"unknown key '{section}.{key}' in {source}"
+                              f"{_closest(f'{section}.{key}', all_keys())}; allowed in "
+                              f"{section}: {', '.join(full)}")
+        sections[section] = SECTIONS[section](**{k: v for k, v in values.items()
+                                                 if k in names})
+    if errors:
+        raise UserError("; ".join(errors))
+    return validate(Config(**sections))
+
+
+def parse_overrides(overrides: list[str]) -> dict:
+    """``["train.lr=3e-4", "env.id=pong"]`` -> nested dict, values typed as YAML."""
+    tree: dict = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or "." not in key:
+            raise UserError(f"override {item!r} must look like section.key=value "
+                            f"(e.g. train.lr=0.0003)")
+        section, name = key.split(".", 1)
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        tree.setdefault(section, {})[name] = value
+    return tree
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    merged = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
+    for section, values in extra.items():
+        if isinstance(merged.get(section), dict) and isinstance(values, dict):
+            merged[section].update(values)
+        else:
+            merged[section] = values
+    return merged
+
+
+def read_yaml(path: str) -> dict:
+    """Read a YAML mapping; missing or malformed files become one-line UserErrors."""
+    if not os.path.exists(path):
+        raise UserError(f"config file {path!r} not found (presets live in configs/)")
+    if os.path.isdir(path):
+        raise UserError(f"config {path!r} is a directory, expected a YAML file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or "not valid YAML"
+        raise UserError(f"malformed YAML in {path}{where}: {problem}") from None
+    except (UnicodeDecodeError, OSError) as e:
+        raise UserError(f"cannot read config {path!r}: {e}") from None
+    return {} if tree is None else tree
+
+
+def load_config(path: str, overrides: list[str] = ()) -> Config:
+    """Load a YAML preset, apply ``KEY=VALUE`` overrides, validate everything at once."""
+    tree = read_yaml(path)
+    if not isinstance(tree, dict):
+        raise UserError(f"config {path!r} must be a mapping of sections "
+                        f"({', '.join(SECTIONS)}), got {type(tree).__name__}")
+    return from_dict(_merge(tree, parse_overrides(list(overrides))), source=path)
+
+
+def dump_yaml(cfg: Config) -> str:
+    """The resolved config as YAML text."""
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)

@@ -1,0 +1,126 @@
+"""The small interfaces every piece depends on, and the parameter-server logic without I/O.
+
+- :class:`Params`: a version of the flat parameter vector.
+- :class:`ParameterClient`: what a worker's trainer talks to: ``pull`` the first parameters,
+  ``push`` a gradient and get the parameters to train on next (None when the run ends).
+  :class:`LocalParameterServer` serves one process; ``distributed.RemoteParameterClient``
+  talks to parameter-server ranks. Tests drop in either.
+- :class:`ShardServer`: one shard's Adam and the aggregation rule, used by both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from dba3c.adam import AdamState, adam_update
+
+
+@dataclass
+class Params:
+    """Parameters theta [N] at ``version`` (global steps applied).
+
+    nonfinite_streak: consecutive updates skipped because the gradient was not finite.
+    """
+
+    version: int
+    theta: np.ndarray
+    nonfinite_streak: int = 0
+
+
+class ParameterClient(Protocol):
+    """A worker's view of the parameter store."""
+
+    def pull(self) -> Params:
+        """The parameters to start from."""
+
+    def push(self, version: int, grad: np.ndarray) -> Params | None:
+        """Send a gradient computed at ``version``; return the newest complete parameters
+        to train on next, or None when the run is over."""
+
+
+@dataclass
+class ShardStats:
+    """Counters of one shard server."""
+
+    applied: int = 0
+    dropped_late: int = 0
+    nonfinite_skipped: int = 0
+    staleness: list[int] = field(default_factory=list)  # async: versions behind, per apply
+
+
+class ShardServer:
+    """Adam on one contiguous shard, with the paper's aggregation rules.
+
+    sync: gradients for step t are those computed at version t; the first ``replicas`` of
+    them are averaged and applied (version t -> t+1); later ones for older versions are
+    dropped and counted. async: every gradient is applied on arrival; its staleness
+    (version now - version it was computed at) is recorded.
+    A non-finite mean gradient is not applied: parameters and Adam state stay as they are,
+    the version still advances, and the streak of such skips is counted.
+    """
+
+    def __init__(self, theta_shard: np.ndarray, adam: AdamState, version: int, *,
+                 mode: str, replicas: int, lr: float, beta1: float, beta2: float,
+                 epsilon: float):
+        self.theta_shard, self.adam, self.version = theta_shard, adam, version
+        self.mode, self.replicas = mode, replicas
+        self._hyper = dict(lr=lr, beta1=beta1, beta2=beta2, epsilon=epsilon)
+        self._sum = np.zeros_like(theta_shard)
+        self._count = 0
+        self.nonfinite_streak = 0
+        self.stats = ShardStats()
+
+    def offer(self, grad_version: int, g_shard: np.ndarray) -> bool:
+        """Hand in a gradient computed at ``grad_version``; True when an update was applied
+        (the version advanced)."""
+        if self.mode == "async":
+            self.stats.staleness.append(self.version - grad_version)
+            self._apply(g_shard)
+            return True
+        if grad_version < self.version:
+            self.stats.dropped_late += 1
+            return False
+        if grad_version > self.version:
+            raise RuntimeError(f"gradient for version {grad_version} arrived at a shard at "
+                               f"version {self.version}: protocol violated")
+        self._sum += g_shard
+        self._count += 1
+        if self._count < self.replicas:
+            return False
+        mean = self._sum if self._count == 1 else self._sum / np.float32(self._count)
+        self._apply(mean)
+        self._sum[:] = 0.0
+        self._count = 0
+        return True
+
+    def _apply(self, g_shard: np.ndarray) -> None:
+        if np.isfinite(g_shard).all():
+            adam_update(self.theta_shard, g_shard, self.adam, **self._hyper)
+            self.nonfinite_streak = 0
+            self.stats.applied += 1
+        else:
+            self.nonfinite_streak += 1
+            self.stats.nonfinite_skipped += 1
+        self.version += 1
+
+
+class LocalParameterServer:
+    """The whole parameter vector in this process: the single-node trainer's store."""
+
+    def __init__(self, theta: np.ndarray, adam: AdamState, version: int, adam_cfg, lr: float):
+        self.shard = ShardServer(theta, adam, version, mode="sync", replicas=1, lr=lr,
+                                 beta1=adam_cfg.beta1, beta2=adam_cfg.beta2,
+                                 epsilon=adam_cfg.epsilon)
+
+    def pull(self) -> Params:
+        """The current parameters."""
+        return Params(self.shard.version, self.shard.theta_shard.copy())
+
+    def push(self, version: int, grad: np.ndarray) -> Params:
+        """Apply Adam to ``grad`` and return the next parameters."""
+        self.shard.offer(version, grad)
+        return Params(self.shard.version, self.shard.theta_shard.copy(),
+                      self.shard.nonfinite_streak)

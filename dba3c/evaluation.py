@@ -1,0 +1,109 @@
+"""Evaluation: a fixed number of games with frozen parameters, real scores.
+
+Each of the pool's envs plays its share of the games (so short games are not over-counted),
+greedy (argmax) unless asked to sample, with random no-op starts and a frame cap per game.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import numpy as np
+
+from dba3c.envs import EnvPool, ScoreTracker, make_env_pool
+from dba3c.learner import Learner
+from dba3c.worker import sample_actions
+
+
+def play(predict, pool: EnvPool, episodes: int, *, greedy: bool, seed: int,
+         on_frame=None) -> list[float]:
+    """Play exactly ``episodes`` games on ``pool`` (synchronous: batch = all envs).
+
+    Args:
+      predict: obs [B, ...] -> (pi [B, A], v [B]).
+      on_frame: optional callback(obs of env 0, score so far of env 0) for video.
+    Returns:
+      the real score of each game, in the order they ended.
+    """
+    rng = np.random.default_rng(seed)
+    quota = np.bincount(np.arange(episodes) % pool.num_envs, minlength=pool.num_envs)
+    done = np.zeros(pool.num_envs, np.int64)
+    tracker = ScoreTracker(pool.num_envs)
+    scores: list[float] = []
+    step = pool.reset(seed)
+    while len(scores) < episodes:
+        pi, _ = predict(step.obs)
+        pool.send(sample_actions(pi, rng, greedy))
+        step = pool.recv()
+        if on_frame is not None and done[0] < quota[0]:
+            on_frame(step, tracker.score[0])
+        for env, score in tracker.update(step):
+            if done[env] < quota[env]:
+                scores.append(score)
+                done[env] += 1
+    return scores
+
+
+def make_eval_pool(cfg, episodes: int) -> EnvPool:
+    """Simulators for evaluation: whole games (no episodic life), no-op starts, frame cap."""
+    n = min(cfg.eval.num_envs, episodes)
+    return make_env_pool(cfg.env, cfg.model, num_envs=n, batch_size=n,
+                         noop_max=cfg.eval.noop_max, max_episode_frames=cfg.eval.max_frames,
+                         episodic_life=False)
+
+
+def evaluate_params(cfg, spec, theta: np.ndarray, episodes: int, seed: int) -> list[float]:
+    """Scores of ``episodes`` games played with the parameters ``theta``."""
+    learner = Learner(spec, cfg.train, theta)
+    pool = make_eval_pool(cfg, episodes)
+    try:
+        return play(learner.predict, pool, episodes, greedy=cfg.eval.greedy, seed=seed)
+    finally:
+        pool.close()
+
+
+class BackgroundEvaluator(threading.Thread):
+    """Evaluates parameter snapshots in a thread of the training process (single-node runs).
+
+    ``submit`` replaces any snapshot not yet started (the newest wins); finished evaluations
+    are collected with ``results``. It shares the CPU with training: each evaluation costs
+    about ``eval.episodes`` games of forward passes.
+    """
+
+    def __init__(self, cfg, spec):
+        super().__init__(name="evaluator", daemon=True)
+        self.cfg, self.spec = cfg, spec
+        self._inbox: queue.Queue = queue.Queue(maxsize=1)
+        self._outbox: queue.Queue = queue.Queue()
+        self.error: BaseException | None = None
+
+    def submit(self, step: int, theta: np.ndarray) -> None:
+        """Ask for an evaluation of ``theta`` (copied) at ``step``."""
+        try:
+            self._inbox.get_nowait()
+        except queue.Empty:
+            pass
+        self._inbox.put((step, theta.copy()))
+
+    def results(self) -> list[tuple[int, list[float]]]:
+        """Evaluations finished since the last call: (step, scores)."""
+        if self.error is not None:
+            raise RuntimeError(f"evaluator failed: {self.error!r}") from self.error
+        out = []
+        while not self._outbox.empty():
+            out.append(self._outbox.get())
+        return out
+
+    def run(self) -> None:
+        try:
+            learner = Learner(self.spec, self.cfg.train, self.spec.init_params(0))
+            pool = make_eval_pool(self.cfg, self.cfg.eval.episodes)
+            while True:
+                step, theta = self._inbox.get()
+                learner.set_params(theta)
+                scores = play(learner.predict, pool, self.cfg.eval.episodes,
+                              greedy=self.cfg.eval.greedy, seed=self.cfg.run.seed + step)
+                self._outbox.put((step, scores))
+        except BaseException as e:
+            self.error = e

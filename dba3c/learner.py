@@ -1,0 +1,83 @@
+"""The TensorFlow side of a worker: batched prediction and flat gradients.
+
+One :class:`Learner` holds the network's variables. The actor thread calls :meth:`predict`;
+the trainer thread calls :meth:`gradient` and :meth:`set_params`. Every entry point is a
+``tf.function`` with an input signature, so Python is traced once and each call is one graph
+execution. Gradients leave as one flat float32 vector in the parameter layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from dba3c.models import NetSpec, forward
+from dba3c.params import unflatten
+from dba3c.rl import a3c_loss, clip_gradients
+
+
+class Learner:
+    """Variables, prediction and gradient computation for one network."""
+
+    def __init__(self, spec: NetSpec, train_cfg, theta: np.ndarray):
+        self.spec = spec
+        self.layout = spec.layout()
+        self.variables = [tf.Variable(t, name=n.replace("/", "_"))
+                          for n, t in zip(self.layout.names,
+                                         unflatten(self.layout, np.asarray(theta, np.float32)))]
+        obs_sig = tf.TensorSpec([None, *spec.obs_shape],
+                                tf.float32 if spec.kind == "mlp" else tf.uint8)
+        beta, value_w = train_cfg.entropy_beta, train_cfg.value_weight
+        clip, mode = train_cfg.grad_clip, train_cfg.grad_clip_mode
+
+        @tf.function(input_signature=[obs_sig])
+        def predict(obs):
+            logits, v = forward(spec, self.variables, obs)
+            return tf.nn.softmax(logits), v
+
+        @tf.function(input_signature=[obs_sig, tf.TensorSpec([None], tf.int32),
+                                      tf.TensorSpec([None], tf.float32)])
+        def gradient(obs, a, R):
+            with tf.GradientTape() as tape:
+                logits, v = forward(spec, self.variables, obs)
+                loss, parts = a3c_loss(logits, v, a, R, entropy_beta=beta,
+                                       value_weight=value_w)
+            grads = clip_gradients(tape.gradient(loss, self.variables), clip, mode)
+            flat = tf.concat([tf.reshape(g, [-1]) for g in grads], axis=0)
+            return flat, loss, parts
+
+        @tf.function(input_signature=[tf.TensorSpec([self.layout.num_params], tf.float32)])
+        def assign(flat):
+            for var, t in zip(self.variables, tf.split(flat, list(self.layout.sizes))):
+                var.assign(tf.reshape(t, var.shape))
+
+        self._predict, self._gradient, self._assign = predict, gradient, assign
+
+    def predict(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """obs [B, ...] -> (pi [B, A] action probabilities, v [B] values), NumPy."""
+        pi, v = self._predict(obs)
+        return pi.numpy(), v.numpy()
+
+    def gradient(self, obs: np.ndarray, a: np.ndarray, R: np.ndarray) -> tuple[np.ndarray, dict]:
+        """The clipped gradient of the A3C loss on one mini-batch, flat float32 [N],
+        and the loss terms as floats (``loss/total``, ``loss/policy``, ...)."""
+        flat, loss, parts = self._gradient(obs, a.astype(np.int32), R.astype(np.float32))
+        stats = {"loss/total": float(loss)}
+        stats.update({f"loss/{k}": float(v) for k, v in parts.items()})
+        return flat.numpy(), stats
+
+    def set_params(self, theta: np.ndarray) -> None:
+        """Load a flat parameter vector into the variables."""
+        self._assign(theta)
+
+    def get_params(self) -> np.ndarray:
+        """The variables as one flat float32 vector."""
+        return np.concatenate([v.numpy().ravel() for v in self.variables])
+
+
+def configure_threads(intra_op: int = 0, inter_op: int = 0) -> None:
+    """TensorFlow thread pools; 0 leaves TensorFlow's choice. Call before any op runs."""
+    if intra_op:
+        tf.config.threading.set_intra_op_parallelism_threads(intra_op)
+    if inter_op:
+        tf.config.threading.set_inter_op_parallelism_threads(inter_op)

@@ -1,0 +1,88 @@
+"""The reinforcement-learning math: n-step returns, the A3C loss, gradient clipping.
+
+Pure functions, no I/O. Shapes: B = data points in a mini-batch, A = actions, T = rollout
+length. Names follow the time index: r_t is the reward after acting at t, v_tp1 the value of
+the state at t+1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+LOG_EPS = 1e-6  # guard in log(pi + eps), as in the BA3C reference code
+
+
+def clip_rewards(r_t: np.ndarray, bound: float) -> np.ndarray:
+    """Clip rewards to [-bound, bound]; ``bound == 0`` leaves them unchanged."""
+    return np.clip(r_t, -bound, bound) if bound > 0 else r_t
+
+
+def n_step_returns(r_t: np.ndarray, discount_t: np.ndarray, v_T: float) -> np.ndarray:
+    """Discounted returns of one rollout, bootstrapped at its end.
+
+        R_T = v_T
+        R_t = r_t + discount_t * R_{t+1}
+
+    where discount_t = gamma * (1 - terminal_t) cuts the bootstrap at an episode end, and
+    v_T is V(s_T) after the last transition (use 0 when the rollout ends at a terminal).
+
+    Args:
+      r_t: float [T] rewards (already clipped if clipping is wanted).
+      discount_t: float [T].
+      v_T: bootstrap value.
+    Returns:
+      float32 [T] returns R_0 .. R_{T-1}; the first gets the full n-step horizon, the last
+      a 1-step one.
+    """
+    R_t = np.empty(len(r_t), np.float32)
+    acc = np.float64(v_T)
+    for t in range(len(r_t) - 1, -1, -1):
+        acc = r_t[t] + discount_t[t] * acc
+        R_t[t] = acc
+    return R_t
+
+
+def a3c_loss(logits: tf.Tensor, v: tf.Tensor, a: tf.Tensor, R: tf.Tensor, *,
+             entropy_beta: float, value_weight: float) -> tuple[tf.Tensor, dict]:
+    """Advantage actor-critic loss averaged over a mini-batch.
+
+        pi        = softmax(logits)
+        adv       = R - stop_gradient(V(s))
+        L_policy  = -mean(log(pi(a|s) + eps) * adv)
+        L_value   = mean((R - V(s))^2)
+        H         = -mean(sum_a pi log(pi + eps))
+        L         = L_policy + value_weight * L_value - entropy_beta * H
+
+    Args:
+      logits: float [B, A]; v: float [B]; a: int [B]; R: float [B].
+    Returns:
+      (L, {"policy": L_policy, "value": L_value, "entropy": H, "advantage": mean adv}).
+    """
+    pi = tf.nn.softmax(logits)
+    log_pi = tf.math.log(pi + LOG_EPS)
+    log_pi_a = tf.reduce_sum(log_pi * tf.one_hot(a, tf.shape(logits)[-1]), axis=-1)
+    adv = R - tf.stop_gradient(v)
+    policy = -tf.reduce_mean(log_pi_a * adv)
+    value = tf.reduce_mean(tf.square(R - v))
+    entropy = -tf.reduce_mean(tf.reduce_sum(pi * log_pi, axis=-1))
+    total = policy + value_weight * value - entropy_beta * entropy
+    return total, {"policy": policy, "value": value, "entropy": entropy,
+                   "advantage": tf.reduce_mean(adv)}
+
+
+def clip_gradients(grads: list[tf.Tensor], clip: float, mode: str) -> list[tf.Tensor]:
+    """Clip gradients; ``clip == 0`` is off.
+
+    average_norm (paper, per tensor):  g <- g * clip / max(||g||_2 / size(g), clip)
+    global_norm:                       g <- g * clip / max(||[g_1, ..., g_k]||_2, clip)
+    """
+    if clip <= 0:
+        return grads
+    if mode == "global_norm":
+        return tf.clip_by_global_norm(grads, clip)[0]
+    clipped = []
+    for g in grads:
+        avg_norm = tf.norm(g) / tf.cast(tf.size(g), g.dtype)
+        clipped.append(g * clip / tf.maximum(avg_norm, clip))
+    return clipped

@@ -1,0 +1,211 @@
+"""One worker: local asynchronous BA3C.
+
+An actor thread plays ``env.num_envs`` simulators: receive a batch of observations, predict
+for all of them in one forward pass, send the sampled actions back, and fold the outcome into
+n-step data points. Full mini-batches go through a bounded queue to the trainer loop, which
+runs in the calling (main) thread: gradient on the newest parameters, push it to the
+parameter store, load the parameters it returns. Simulation and prediction keep going while
+the trainer computes or waits for parameters.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Callable
+
+import numpy as np
+
+from dba3c.core import ParameterClient, Params
+from dba3c.envs import EnvPool, ScoreTracker
+from dba3c.errors import TrainingError
+from dba3c.learner import Learner
+from dba3c.rollout import Batch, RolloutAssembler
+
+AfterStep = Callable[[Params, dict], bool]
+
+
+def sample_actions(pi: np.ndarray, rng: np.random.Generator, greedy: bool = False) -> np.ndarray:
+    """One action per row of pi [B, A]: argmax when greedy, else sampled (inverse CDF)."""
+    if greedy:
+        return pi.argmax(axis=1).astype(np.int32)
+    u = rng.random((pi.shape[0], 1))
+    return np.minimum((u > np.cumsum(pi, axis=1)).sum(axis=1), pi.shape[1] - 1).astype(np.int32)
+
+
+class Actor(threading.Thread):
+    """Simulators + batched predictor, producing mini-batches into ``out``."""
+
+    def __init__(self, pool: EnvPool, learner: Learner, assembler: RolloutAssembler,
+                 out: queue.Queue, *, seed: int, episodic_life: bool):
+        super().__init__(name="actor", daemon=True)
+        self.pool, self.learner, self.assembler, self.out = pool, learner, assembler, out
+        self.rng = np.random.default_rng(seed)
+        self.seed = seed
+        self.scores = ScoreTracker(pool.num_envs, episodic_life)
+        self.version = 0  # parameter version loaded in the learner, set by the trainer
+        self.env_frames = 0
+        self.t_emulate = self.t_predict = 0.0
+        self.error: BaseException | None = None
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as e:  # reported by the trainer loop
+            self.error = e
+
+    def _loop(self) -> None:
+        step = self.pool.reset(self.seed)
+        while not self.stopping.is_set():
+            t0 = time.perf_counter()
+            pi, v = self.learner.predict(step.obs)  # pi(.|s_{t+1}), V(s_{t+1}): one pass
+            a_t = sample_actions(pi, self.rng)
+            self.pool.send(a_t)
+            t1 = time.perf_counter()
+            self.assembler.observe(step, v)  # close transitions that led to these states
+            self.assembler.act(step, a_t, self.version)
+            for batch in self.assembler.pop_batches():
+                self._put(batch)
+            t2 = time.perf_counter()
+            step = self.pool.recv()
+            step.obs = step.obs.copy()
+            self.t_predict += t1 - t0
+            self.t_emulate += time.perf_counter() - t2
+            self.env_frames += len(step.env_ids) * self.pool.frames_per_step
+            self.scores.update(step)
+
+    def _put(self, batch: Batch) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.out.put(batch, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+
+class Worker:
+    """The trainer loop of one rank, fed by an :class:`Actor` or by synthetic batches.
+
+    Args:
+      cfg: the whole Config. rank: this rank (seeds, fault injection).
+      learner: the network. pool: the simulators, or None with ``debug.synthetic_data``.
+    """
+
+    def __init__(self, cfg, rank: int, learner: Learner, pool: EnvPool | None):
+        self.cfg, self.rank, self.learner = cfg, rank, learner
+        self.batches: queue.Queue = queue.Queue(maxsize=cfg.train.queue_size)
+        self.actor = None
+        if pool is not None:
+            assembler = RolloutAssembler(pool.num_envs, t_max=cfg.train.t_max,
+                                         gamma=cfg.train.gamma,
+                                         reward_clip=cfg.train.reward_clip,
+                                         batch_size=cfg.train.batch_size)
+            self.actor = Actor(pool, learner, assembler, self.batches,
+                               seed=cfg.run.seed * 1000 + rank,
+                               episodic_life=cfg.env.episodic_life)
+        self.data_points = 0
+        self.t_compute = self.t_wait_data = self.t_wait_params = 0.0
+
+    def train(self, client: ParameterClient, after_step: AfterStep) -> Params | None:
+        """Train until the store ends the run (push returns None) or ``after_step`` returns
+        True. Returns the last parameters received (None if the store ended the run)."""
+        params = client.pull()
+        self.learner.set_params(params.theta)
+        if self.actor is not None:
+            self.actor.version = params.version
+            self.actor.start()
+        try:
+            while True:
+                batch = self._next_batch(params.version)
+                grad, losses = self._gradient(batch, params.version)
+                t0 = time.perf_counter()
+                new = client.push(params.version, grad)
+                self.t_wait_params += time.perf_counter() - t0
+                if new is None:
+                    return None
+                if new.nonfinite_streak >= self.cfg.train.max_nonfinite:
+                    raise TrainingError(
+                        f"{new.nonfinite_streak} consecutive updates had a non-finite "
+                        f"gradient (train.max_nonfinite={self.cfg.train.max_nonfinite}); "
+                        f"stopped at step {new.version}, the last checkpoint is intact")
+                lag = float(params.version - batch.version.mean())  # updates since acting
+                params = new
+                self.learner.set_params(params.theta)
+                if self.actor is not None:
+                    self.actor.version = params.version
+                if after_step(params, self.report(losses, lag)):
+                    return params
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        """Stop the actor thread and the simulators."""
+        if self.actor is not None and self.actor.is_alive():
+            self.actor.stopping.set()
+            self.actor.join(timeout=10)
+            self.actor.pool.close()
+
+    def _next_batch(self, version: int) -> Batch:
+        if self.actor is None:
+            return synthetic_batch(self.learner.spec, self.cfg.train.batch_size,
+                                   (self.cfg.run.seed, self.rank, version))
+        t0 = time.perf_counter()
+        while True:
+            if self.actor.error is not None:
+                raise RuntimeError(f"actor thread failed: {self.actor.error!r}") \
+                    from self.actor.error
+            try:
+                batch = self.batches.get(timeout=0.5)
+                break
+            except queue.Empty:
+                continue
+        self.t_wait_data += time.perf_counter() - t0
+        return batch
+
+    def _gradient(self, batch: Batch, version: int) -> tuple[np.ndarray, dict]:
+        debug = self.cfg.debug
+        if debug.slow_rank == self.rank:
+            time.sleep(debug.slow_seconds)
+        if debug.fail_rank == self.rank and debug.fail_step == version:
+            raise RuntimeError(f"injected failure on rank {self.rank} at step {version} "
+                               f"(debug.fail_rank)")
+        t0 = time.perf_counter()
+        grad, losses = self.learner.gradient(batch.obs, batch.a, batch.R)
+        if not np.isfinite(grad).all() or (
+                0 <= debug.nan_at_step <= version < debug.nan_at_step + debug.nan_steps):
+            grad[:] = np.nan  # all shards see it: every parameter server skips the update
+        self.t_compute += time.perf_counter() - t0
+        self.data_points += len(batch)
+        return grad, losses
+
+    def report(self, losses: dict, policy_lag: float) -> dict:
+        """This worker's cumulative counters and latest losses (one metrics namespace)."""
+        actor = self.actor
+        return {
+            **losses,
+            "perf/policy_lag": policy_lag,
+            "count/data_points": self.data_points,
+            "count/env_frames": actor.env_frames if actor else 0,
+            "count/episodes": actor.scores.num_episodes if actor else 0,
+            "train/online_score": actor.scores.online_score() if actor else None,
+            "time/compute": self.t_compute,
+            "time/wait_data": self.t_wait_data,
+            "time/wait_params": self.t_wait_params,
+            "time/predict": actor.t_predict if actor else 0.0,
+            "time/emulate": actor.t_emulate if actor else 0.0,
+        }
+
+
+def synthetic_batch(spec, batch_size: int, key: tuple) -> Batch:
+    """A deterministic random mini-batch for ``key`` (e.g. (seed, rank, version)): the same
+    data in every process layout, for equivalence tests."""
+    rng = np.random.default_rng(list(key))
+    if spec.kind == "mlp":
+        obs = rng.normal(size=(batch_size, *spec.obs_shape)).astype(np.float32)
+    else:
+        obs = rng.integers(0, 256, (batch_size, *spec.obs_shape), dtype=np.uint8)
+    return Batch(obs, rng.integers(0, spec.num_actions, batch_size).astype(np.int32),
+                 rng.normal(size=batch_size).astype(np.float32),
+                 np.full(batch_size, key[-1], np.int64))

@@ -1,0 +1,1 @@
+"""Launchers: the only code that reads the process environment (mpiexec, srun, submitit)."""
