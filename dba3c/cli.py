@@ -55,11 +55,24 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv: list[str] | None):
+    """Parse; ``KEY=VALUE`` overrides may come before or after options."""
+    parser = make_parser()
+    args, rest = parser.parse_known_args(argv)
+    unknown = [a for a in rest if a.startswith("-") or "=" not in a or
+               not hasattr(args, "overrides")]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if rest:
+        args.overrides = list(args.overrides) + rest
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; exit codes: 0 ok, 1 training failed, 2 bad input."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        args = make_parser().parse_args(argv)
+        args = parse_args(argv)
         return COMMANDS[args.command](args) or 0
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -6,6 +6,7 @@ greedy (argmax) unless asked to sample, with random no-op starts and a frame cap
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 
@@ -17,14 +18,15 @@ from dba3c.worker import sample_actions
 
 
 def play(predict, pool: EnvPool, episodes: int, *, greedy: bool, seed: int,
-         on_frame=None) -> list[float]:
+         on_frame=None, should_stop=None) -> list[float]:
     """Play exactly ``episodes`` games on ``pool`` (synchronous: batch = all envs).
 
     Args:
       predict: obs [B, ...] -> (pi [B, A], v [B]).
-      on_frame: optional callback(obs of env 0, score so far of env 0) for video.
+      on_frame: optional callback(step, score so far of env 0) for video.
+      should_stop: optional callback polled every 50 steps; True abandons the evaluation.
     Returns:
-      the real score of each game, in the order they ended.
+      the real score of each game, in the order they ended (fewer if abandoned).
     """
     rng = np.random.default_rng(seed)
     quota = np.bincount(np.arange(episodes) % pool.num_envs, minlength=pool.num_envs)
@@ -32,7 +34,9 @@ def play(predict, pool: EnvPool, episodes: int, *, greedy: bool, seed: int,
     tracker = ScoreTracker(pool.num_envs)
     scores: list[float] = []
     step = pool.reset(seed)
-    while len(scores) < episodes:
+    for i in itertools.count():
+        if len(scores) >= episodes or (should_stop and i % 50 == 0 and should_stop()):
+            break
         pi, _ = predict(step.obs)
         pool.send(sample_actions(pi, rng, greedy))
         step = pool.recv()

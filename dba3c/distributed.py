@@ -1,0 +1,529 @@
+"""Distributed BA3C over a :class:`~dba3c.transport.Transport`: chief, parameter servers,
+workers and an optional evaluator (layout in :mod:`dba3c.roles`).
+
+Messages are float32 buffers whose first 8 slots are an int64 header
+(version, aux, flag, 0); the payload follows. Tags:
+
+  GRAD     worker -> PS p   header (version computed at, rank); payload g[shard p].
+                            version -1 = BYE (the worker sends nothing more).
+  PARAMS   PS p -> worker   header (version, non-finite streak); payload theta[shard p].
+                            version -1 = DONE (the run is over).
+  SNAPSHOT PS p -> evaluator  like PARAMS, every ``eval.every`` steps.
+  STATE    chief <-> PS p   header (version, adam count, final); payload theta, m, v of the
+                            shard: the chief's INIT at start, the PS's checkpoints and final.
+  PSINFO   PS -> chief      float64 [version, dropped, nonfinite, staleness sum/count/max].
+  STATS    worker -> chief  float64 report (REPORT_KEYS); flag slot marks the last one.
+  CONTROL  chief <-> PS     int64 [command, argument]: STOP, STOP_AT s, and the PS's reply.
+  EVAL     evaluator -> chief float64 [step, n, scores...]; step -1 = evaluator finished.
+
+Synchronous step t: each worker sends its gradient at theta_t to every PS; each PS averages
+the first R gradients for t, applies Adam and broadcasts theta_{t+1}; older gradients are
+dropped and counted. Workers always train on the newest version for which they hold every
+shard. Asynchronous: each PS applies every gradient on arrival and answers only its sender.
+Stopping: a PS finishes at ``train.max_steps``; otherwise the chief sends STOP, each PS
+freezes and replies its version, and the chief sends STOP_AT (the highest reply), so every
+shard ends at the same version. A PS then sends its final state, DONE, and drains gradients
+until every worker said BYE, so no message is left in flight.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+
+import numpy as np
+
+from dba3c.adam import AdamState
+from dba3c.config import Config
+from dba3c.core import Params, ShardServer
+from dba3c.errors import TrainingError, UserError
+from dba3c.params import shard_bounds
+from dba3c.roles import Roles, make_roles
+from dba3c.transport import ANY_SOURCE, Transport, wait_until
+
+GRAD, PARAMS, SNAPSHOT, STATE, PSINFO, STATS, CONTROL, EVAL = range(1, 9)
+HEADER = 8  # float32 slots = 4 int64
+STOP, STOP_AT, FROZEN = 1, 2, 3
+REPORT_KEYS = ("loss/policy", "loss/value", "loss/entropy", "loss/total", "perf/policy_lag",
+               "count/data_points", "count/env_frames", "count/episodes",
+               "train/online_score", "time/compute", "time/wait_data", "time/wait_params",
+               "time/predict", "time/emulate")
+
+
+def message(n: int) -> np.ndarray:
+    """A float32 message buffer with room for the header and ``n`` payload values."""
+    return np.zeros(HEADER + n, np.float32)
+
+
+def header(buf: np.ndarray) -> np.ndarray:
+    """The int64 [4] header view of a message buffer."""
+    return buf[:HEADER].view(np.int64)
+
+
+def payload(buf: np.ndarray) -> np.ndarray:
+    """The float32 payload view of a message buffer."""
+    return buf[HEADER:]
+
+
+class Sender:
+    """Nonblocking sends whose buffers stay alive until they complete."""
+
+    def __init__(self, transport: Transport):
+        self.t = transport
+        self._pending: list[tuple] = []
+
+    def send(self, buf: np.ndarray, dests, tag: int) -> None:
+        """Send ``buf`` (not to be modified afterwards) to every rank in ``dests``."""
+        for dest in dests:
+            self._pending.append((self.t.isend(buf, dest, tag), buf))
+
+    def idle(self) -> bool:
+        """Forget completed sends; True when none is pending."""
+        self._pending = [(r, b) for r, b in self._pending if not r.test()]
+        return not self._pending
+
+
+class Inbox:
+    """A standing receive from one source and tag, reposted after each message."""
+
+    def __init__(self, transport: Transport, source: int, tag: int, size: int, dtype=np.float32):
+        self.t, self.source, self.tag = transport, source, tag
+        self.buf = np.zeros(size, dtype)
+        self._request = transport.irecv(self.buf, source, tag)
+
+    def poll(self) -> np.ndarray | None:
+        """A copy of the next message, or None; the receive is reposted."""
+        if not self._request.test():
+            return None
+        data = self.buf.copy()
+        self._request = self.t.irecv(self.buf, self.source, self.tag)
+        return data
+
+
+def report_vector(report: dict, final: bool) -> np.ndarray:
+    """A worker report as float64 [len(REPORT_KEYS) + 1] (None -> NaN; last slot: final)."""
+    values = [report.get(k) for k in REPORT_KEYS]
+    return np.array([np.nan if v is None else v for v in values] + [float(final)], np.float64)
+
+
+def report_dict(vec: np.ndarray) -> tuple[dict, bool]:
+    """Inverse of :func:`report_vector`."""
+    report = {k: (None if np.isnan(v) else float(v)) for k, v in zip(REPORT_KEYS, vec)}
+    return report, bool(vec[-1])
+
+
+# ---- parameter server -------------------------------------------------------------------
+def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
+    """Serve shard ``rank - 1`` until the run ends and every worker said BYE."""
+    lo, hi = shard_bounds(num_params, len(roles.ps))[t.rank - 1]
+    n = hi - lo
+    init = message(3 * n)
+    wait_until(t.irecv(init, 0, STATE).test)
+    start, count = int(header(init)[0]), int(header(init)[1])
+    body = payload(init)
+    server = ShardServer(body[:n].copy(), AdamState(body[n:2 * n].copy(), body[2 * n:].copy(),
+                                                    count), start, mode=cfg.dist.mode,
+                         replicas=roles.replicas, lr=cfg.train.lr, beta1=cfg.adam.beta1,
+                         beta2=cfg.adam.beta2, epsilon=cfg.adam.epsilon)
+    sender = Sender(t)
+    grads = {w: Inbox(t, w, GRAD, HEADER + n) for w in roles.workers}
+    control = Inbox(t, 0, CONTROL, 2, np.int64)
+    finished, frozen, stop_at, byes = False, False, None, set()
+
+    def params_message(version: int) -> np.ndarray:
+        buf = message(n)
+        header(buf)[:2] = (version, server.nonfinite_streak)
+        payload(buf)[:] = server.theta_shard
+        return buf
+
+    def send_state(final: bool) -> None:
+        buf = message(3 * n)
+        header(buf)[:3] = (server.version, server.adam.count, int(final))
+        payload(buf)[:] = np.concatenate([server.theta_shard, server.adam.m_shard,
+                                          server.adam.v_shard])
+        sender.send(buf, [0], STATE)
+
+    def send_info() -> None:
+        s = server.stats
+        stale = s.staleness[-1000:]
+        info = np.array([server.version, s.dropped_late, s.nonfinite_skipped,
+                         float(np.sum(stale)), len(stale), max(stale, default=0)], np.float64)
+        sender.send(info, [0], PSINFO)
+
+    def finish() -> None:
+        nonlocal finished
+        send_state(final=True)
+        done = message(n)
+        header(done)[0] = -1
+        sender.send(done, roles.workers, PARAMS)
+        if roles.evaluator is not None:
+            sender.send(done, [roles.evaluator], SNAPSHOT)
+        finished = True
+
+    def after_update(reply_to: list[int]) -> None:
+        v = server.version
+        sender.send(params_message(v), reply_to, PARAMS)
+        send_info()
+        if cfg.run.checkpoint_every and v % cfg.run.checkpoint_every == 0:
+            send_state(final=False)
+        if roles.evaluator is not None and cfg.eval.every and v % cfg.eval.every == 0:
+            sender.send(params_message(v), [roles.evaluator], SNAPSHOT)
+        if (stop_at is not None and v >= stop_at) or (
+                cfg.train.max_steps and v >= cfg.train.max_steps):
+            finish()
+
+    sender.send(params_message(start), roles.workers, PARAMS)
+    send_info()
+    while not (finished and len(byes) == len(roles.workers) and sender.idle()):
+        busy = False
+        command = None if finished else control.poll()
+        if command is not None:
+            busy = True
+            if command[0] == STOP and cfg.dist.mode == "async":
+                finish()
+            elif command[0] == STOP:
+                frozen = True
+                sender.send(np.array([FROZEN, server.version], np.int64), [0], CONTROL)
+            elif command[0] == STOP_AT:
+                stop_at = int(command[1])
+                if server.version >= stop_at:
+                    finish()
+        if frozen and stop_at is None:
+            time.sleep(1e-4)
+            continue
+        for w, inbox in grads.items():
+            if w in byes:
+                continue
+            msg = inbox.poll()
+            if msg is None:
+                continue
+            busy = True
+            version = int(header(msg)[0])
+            if version == -1:
+                byes.add(w)
+            elif not finished and server.offer(version, payload(msg)):
+                reply = [w] if cfg.dist.mode == "async" else list(roles.workers)
+                after_update(reply)
+        if not busy:
+            sender.idle()
+            time.sleep(2e-4)
+
+
+# ---- worker side --------------------------------------------------------------------------
+class RemoteParameterClient:
+    """A worker's :class:`~dba3c.core.ParameterClient` over the parameter-server ranks.
+
+    ``idle`` is called while waiting (the chief does its bookkeeping there).
+    """
+
+    def __init__(self, t: Transport, roles: Roles, cfg: Config, num_params: int, idle=None):
+        self.t, self.roles, self.mode, self.idle = t, roles, cfg.dist.mode, idle
+        self.bounds = shard_bounds(num_params, len(roles.ps))
+        self.inboxes = [Inbox(t, p, PARAMS, HEADER + hi - lo)
+                        for p, (lo, hi) in zip(roles.ps, self.bounds)]
+        self.latest: list[np.ndarray | None] = [None] * len(roles.ps)  # newest message per PS
+        self.done = [False] * len(roles.ps)
+        self.sender = Sender(t)
+        self.theta = np.zeros(num_params, np.float32)
+
+    def _drain(self) -> None:
+        for i, inbox in enumerate(self.inboxes):
+            while not self.done[i]:
+                msg = inbox.poll()
+                if msg is None:
+                    break
+                if header(msg)[0] == -1:
+                    self.done[i] = True
+                else:
+                    self.latest[i] = msg
+
+    def _versions(self) -> list[int]:
+        return [-2 if m is None else int(header(m)[0]) for m in self.latest]
+
+    def _wait(self, ready) -> Params | None:
+        def check() -> bool:
+            self._drain()
+            return any(self.done) or ready(self._versions())
+
+        wait_until(check, self.idle)
+        if any(self.done):
+            return None
+        for (lo, hi), msg in zip(self.bounds, self.latest):
+            self.theta[lo:hi] = payload(msg)
+        streak = max(int(header(m)[1]) for m in self.latest)
+        return Params(max(self._versions()), self.theta.copy(), streak)
+
+    def pull(self) -> Params:
+        """The first complete parameters."""
+        params = self._wait(lambda v: min(v) >= 0 and len(set(v)) == 1)
+        if params is None:
+            raise RuntimeError("the run ended before this worker received parameters")
+        return params
+
+    def push(self, version: int, grad: np.ndarray) -> Params | None:
+        """Send one gradient slice to each PS; wait for the parameters to train on next."""
+        for p, (lo, hi) in zip(self.roles.ps, self.bounds):
+            buf = message(hi - lo)
+            header(buf)[:2] = (version, self.t.rank)
+            payload(buf)[:] = grad[lo:hi]
+            self.sender.send(buf, [p], GRAD)
+        if self.mode == "async":  # one reply from every PS
+            for i in range(len(self.latest)):
+                self.latest[i] = None
+            return self._wait(lambda v: min(v) >= 0)
+        return self._wait(lambda v: len(set(v)) == 1 and v[0] > version)
+
+    def close(self) -> None:
+        """Say BYE to every PS and drain their messages until each has sent DONE."""
+        bye = message(0)
+        header(bye)[0] = -1
+        self.sender.send(bye, self.roles.ps, GRAD)
+        wait_until(lambda: (self._drain() or all(self.done)) and self.sender.idle(), self.idle)
+
+
+# ---- chief --------------------------------------------------------------------------------
+class ChiefLink:
+    """The chief's mailboxes: worker reports, PS info and state, evaluations; and STOP."""
+
+    def __init__(self, t: Transport, roles: Roles, cfg: Config, chief, num_params: int):
+        self.t, self.roles, self.cfg, self.chief = t, roles, cfg, chief
+        self.bounds = shard_bounds(num_params, len(roles.ps))
+        self.sender = Sender(t)
+        self.stats = Inbox(t, ANY_SOURCE, STATS, len(REPORT_KEYS) + 2, np.float64)
+        self.infos = {p: Inbox(t, p, PSINFO, 6, np.float64) for p in roles.ps}
+        self.states = {p: Inbox(t, p, STATE, HEADER + 3 * (hi - lo))
+                       for p, (lo, hi) in zip(roles.ps, self.bounds)}
+        self.replies = {p: Inbox(t, p, CONTROL, 2, np.int64) for p in roles.ps}
+        self.evals = (Inbox(t, roles.evaluator, EVAL, cfg.eval.episodes + 2, np.float64)
+                      if roles.evaluator is not None else None)
+        self.pending_state: dict[int, dict[int, np.ndarray]] = {}
+        self.final_states: set[int] = set()
+        self.final_reports: set[int] = set()
+        self.frozen: dict[int, int] = {}
+        self.stop_sent = self.stop_at_sent = False
+        self.evaluator_done = roles.evaluator is None
+
+    def send_init(self, step: int, theta, adam: AdamState) -> None:
+        """Hand every PS its shard of the starting parameters and Adam state."""
+        for p, (lo, hi) in zip(self.roles.ps, self.bounds):
+            buf = message(3 * (hi - lo))
+            header(buf)[:2] = (step, adam.count)
+            payload(buf)[:] = np.concatenate([theta[lo:hi], adam.m_shard[lo:hi],
+                                              adam.v_shard[lo:hi]])
+            self.sender.send(buf, [p], STATE)
+
+    @property
+    def finished(self) -> bool:
+        """Final state from every PS, last report from every worker, evaluator done."""
+        return (len(self.final_states) == len(self.roles.ps) and self.evaluator_done
+                and len(self.final_reports) == len(self.roles.workers) and self.sender.idle())
+
+    def poll(self) -> None:
+        """Process whatever arrived; send STOP / STOP_AT when the chief wants to stop."""
+        while (vec := self.stats.poll()) is not None:
+            rank = int(vec[-1])
+            report, final = report_dict(vec[:-1])
+            self.chief.worker_report(rank, report)
+            if final:
+                self.final_reports.add(rank)
+        for p, inbox in self.infos.items():
+            while (info := inbox.poll()) is not None:
+                self._ps_info(p, info)
+        for p, inbox in self.states.items():
+            while (msg := inbox.poll()) is not None:
+                self._state(p, msg)
+        while self.evals is not None and (res := self.evals.poll()) is not None:
+            step, count = int(res[0]), int(res[1])
+            if step == -1:
+                self.evaluator_done = True
+            else:
+                self.chief.on_eval(step, list(res[2:2 + count]))
+        self._stop_protocol()
+
+    def _ps_info(self, p: int, info: np.ndarray) -> None:
+        if p == self.roles.ps[0]:
+            extra = self.chief.extra
+            extra["dist/replicas"] = self.roles.replicas
+        self.chief.extra[f"dist/dropped_late/ps{p}"] = info[1]
+        self.chief.extra["train/nonfinite_skipped"] = info[2]
+        if self.cfg.dist.mode == "async" and info[4]:
+            self.chief.extra["dist/staleness_mean"] = info[3] / info[4]
+            self.chief.extra["dist/staleness_max"] = info[5]
+        if p == self.roles.ps[0] and int(info[0]) > self.chief.step:
+            self.chief.on_step(int(info[0]))
+
+    def _state(self, p: int, msg: np.ndarray) -> None:
+        version, count, final = (int(x) for x in header(msg)[:3])
+        self.pending_state.setdefault(version, {})[p] = msg
+        if final:
+            self.final_states.add(p)
+        shards = self.pending_state[version]
+        if len(shards) < len(self.roles.ps):
+            return
+        parts = [payload(shards[p]) for p in self.roles.ps]
+        sizes = [hi - lo for lo, hi in self.bounds]
+        theta, m, v = (np.concatenate([part[k * n:(k + 1) * n] for part, n in zip(parts, sizes)])
+                       for k in range(3))
+        if version > self.chief.start_step:
+            self.chief.save_checkpoint(version, theta, m, v, count)
+        del self.pending_state[version]
+
+    def _stop_protocol(self) -> None:
+        if self.chief.stop_reason is None or self.final_states:
+            return
+        if not self.stop_sent:
+            self.stop_sent = True
+            self.sender.send(np.array([STOP, 0], np.int64), self.roles.ps, CONTROL)
+            return
+        if self.cfg.dist.mode == "async" or self.stop_at_sent:
+            return
+        for p, inbox in self.replies.items():
+            if (reply := inbox.poll()) is not None:
+                self.frozen[p] = int(reply[1])
+        if len(self.frozen) == len(self.roles.ps):
+            stop_at = max(self.frozen.values())
+            self.stop_at_sent = True
+            self.sender.send(np.array([STOP_AT, stop_at], np.int64), self.roles.ps, CONTROL)
+
+
+# ---- evaluator ----------------------------------------------------------------------------
+def run_evaluator(t: Transport, roles: Roles, cfg: Config, spec) -> None:
+    """Evaluate the newest complete snapshot whenever one arrives; report to the chief."""
+    from dba3c.evaluation import make_eval_pool, play
+    from dba3c.learner import Learner
+
+    bounds = shard_bounds(spec.layout().num_params, len(roles.ps))
+    inboxes = [Inbox(t, p, SNAPSHOT, HEADER + hi - lo) for p, (lo, hi) in zip(roles.ps, bounds)]
+    latest: list = [None] * len(roles.ps)
+    done = [False] * len(roles.ps)
+    sender = Sender(t)
+
+    def drain() -> bool:
+        for i, inbox in enumerate(inboxes):
+            while not done[i] and (msg := inbox.poll()) is not None:
+                if header(msg)[0] == -1:
+                    done[i] = True
+                else:
+                    latest[i] = msg
+        return any(done)
+
+    learner = Learner(spec, cfg.train, spec.init_params(0))
+    pool = make_eval_pool(cfg, cfg.eval.episodes)
+    theta, evaluated = np.zeros(spec.layout().num_params, np.float32), -1
+    while not drain():
+        versions = {-2 if m is None else int(header(m)[0]) for m in latest}
+        step = versions.pop() if len(versions) == 1 else -2
+        if step <= evaluated:
+            time.sleep(0.01)
+            continue
+        for (lo, hi), msg in zip(bounds, latest):
+            theta[lo:hi] = payload(msg)
+        learner.set_params(theta)
+        scores = play(learner.predict, pool, cfg.eval.episodes, greedy=cfg.eval.greedy,
+                      seed=cfg.run.seed + step, should_stop=drain)
+        evaluated = step
+        if len(scores) == cfg.eval.episodes:
+            sender.send(np.array([step, len(scores), *scores], np.float64), [0], EVAL)
+    pool.close()
+    sender.send(np.array([-1, 0], np.float64), [0], EVAL)
+    wait_until(sender.idle)
+
+
+# ---- one rank -----------------------------------------------------------------------------
+def run_worker(t: Transport, roles: Roles, cfg: Config, spec, link: ChiefLink | None = None,
+               chief=None) -> None:
+    """Train on this rank; the chief (rank 0) passes its link and Chief to do its duties
+    while it waits for parameters."""
+    from dba3c.envs import make_env_pool
+    from dba3c.learner import Learner
+    from dba3c.worker import Worker
+
+    num_params = spec.layout().num_params
+    pool = None if cfg.debug.synthetic_data else make_env_pool(cfg.env, cfg.model)
+    worker = Worker(cfg, t.rank, Learner(spec, cfg.train, spec.init_params(0)), pool)
+    client = RemoteParameterClient(t, roles, cfg, num_params, idle=link.poll if link else None)
+    sender = Sender(t)
+
+    def send_report(report: dict, final: bool) -> None:
+        if chief is not None:
+            chief.worker_report(t.rank, report)
+            if final:
+                link.final_reports.add(t.rank)
+            return
+        sender.send(np.append(report_vector(report, final), t.rank), [0], STATS)
+        sender.idle()
+
+    worker.train(client, lambda params, report: send_report(report, False))
+    send_report(worker.report({}, 0.0), True)
+    client.close()
+    wait_until(sender.idle)
+
+
+def run_chief(t: Transport, roles: Roles, cfg: Config, spec) -> None:
+    """Rank 0: resume or initialise, hand the parameter servers their shards, train if
+    ``dist.chief_trains``, and keep the run directory until every rank is done."""
+    from dba3c.chief import Chief
+    from dba3c.runner import load_start
+
+    start = load_start(cfg, spec)
+    chief = Chief(cfg, start.ckpt, spec.layout(), roles.num_workers)
+    chief.install_signal_handlers()
+    link = ChiefLink(t, roles, cfg, chief, spec.layout().num_params)
+    link.send_init(start.step, start.theta, start.adam)
+    try:
+        if 0 in roles.workers:
+            run_worker(t, roles, cfg, spec, link, chief)
+        wait_until(lambda: link.poll() or link.finished)
+    finally:
+        chief.close()
+
+
+def run_rank(t: Transport, cfg: Config, spec) -> None:
+    """Play this rank's role to the end of the run."""
+    roles = make_roles(t.size, cfg)
+    role = roles.role(t.rank)
+    if t.rank == 0:
+        run_chief(t, roles, cfg, spec)
+    elif role == "ps":
+        run_ps(t, roles, cfg, spec.layout().num_params)
+    elif role == "evaluator":
+        run_evaluator(t, roles, cfg, spec)
+    else:
+        run_worker(t, roles, cfg, spec)
+
+
+def train_distributed(cfg: Config) -> int:
+    """``dba3c train`` under mpiexec/srun: any failing rank ends the whole job non-zero."""
+    import signal
+
+    from dba3c.runner import make_spec
+    from dba3c.transport import MpiTransport
+
+    t = MpiTransport()
+    try:
+        make_roles(t.size, cfg)
+    except UserError as e:  # every rank finds the same problem; one reports it
+        if t.rank == 0:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
+    if t.rank != 0:  # the chief coordinates stopping; others ignore the polite signals
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        run_rank(t, cfg, make_spec(cfg))
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        t.abort(2)
+    except TrainingError as e:
+        print(f"error: rank {t.rank}: {e}", file=sys.stderr, flush=True)
+        t.abort(1)
+    except BaseException as e:  # noqa: BLE001 - any failure must end the whole job
+        role = make_roles(t.size, cfg).role(t.rank)
+        print(f"error: rank {t.rank} ({role}) failed: {e!r}\n{traceback.format_exc()}",
+              file=sys.stderr, flush=True)
+        t.abort(1)
+    t.barrier()
+    if t.rank == 0:
+        print(f"run finished; outputs in {cfg.run.dir}", file=sys.stderr)
+    return 0

@@ -1,0 +1,169 @@
+"""Point-to-point messaging between ranks: one small interface, two implementations.
+
+The protocol (``dba3c.distributed``) needs only nonblocking sends and receives of NumPy
+buffers with an integer tag, polled with :meth:`Request.test`. :class:`MpiTransport` maps them
+onto mpi4py's buffer-based ``Isend``/``Irecv`` (no pickling); :class:`InProcessTransport` runs a
+world of threads in one process for tests. This is the only module that imports MPI.
+
+Waiting never spins: :func:`wait_until` polls with a short, growing sleep (blocking MPI calls
+would keep a core at 100% while waiting).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Callable, Protocol
+
+import numpy as np
+
+ANY_SOURCE = -1
+
+
+class Request(Protocol):
+    """A pending send or receive."""
+
+    def test(self) -> bool:
+        """True once the operation has completed (the buffer may then be reused)."""
+
+
+class Transport(Protocol):
+    """A world of ``size`` ranks; this is rank ``rank``."""
+
+    rank: int
+    size: int
+
+    def isend(self, buf: np.ndarray, dest: int, tag: int) -> Request:
+        """Start sending ``buf`` (keep it unchanged until the request completes)."""
+
+    def irecv(self, buf: np.ndarray, source: int, tag: int) -> Request:
+        """Start receiving into ``buf`` from ``source`` (or ANY_SOURCE)."""
+
+    def abort(self, code: int) -> None:
+        """End the whole world now with a non-zero exit code."""
+
+
+def wait_until(done: Callable[[], bool], idle: Callable[[], None] | None = None,
+               max_sleep_s: float = 0.002) -> None:
+    """Poll ``done`` until it is true, sleeping between polls (50 us doubling to
+    ``max_sleep_s``) and calling ``idle`` between them (e.g. the chief's bookkeeping)."""
+    sleep = 5e-5
+    while not done():
+        if idle is not None:
+            idle()
+        time.sleep(sleep)
+        sleep = min(sleep * 2, max_sleep_s)
+
+
+class MpiTransport:
+    """mpi4py buffer-based nonblocking point-to-point on COMM_WORLD."""
+
+    def __init__(self):
+        from mpi4py import MPI
+
+        self._mpi = MPI
+        self._comm = MPI.COMM_WORLD
+        self.rank, self.size = self._comm.Get_rank(), self._comm.Get_size()
+        self._recvs: list = []
+
+    def isend(self, buf: np.ndarray, dest: int, tag: int) -> Request:
+        return _MpiRequest(self._comm.Isend(buf, dest=dest, tag=tag))
+
+    def irecv(self, buf: np.ndarray, source: int, tag: int) -> Request:
+        src = self._mpi.ANY_SOURCE if source == ANY_SOURCE else source
+        request = self._comm.Irecv(buf, source=src, tag=tag)
+        self._recvs = [r for r in self._recvs if r] + [request]  # a completed request is falsy
+        return _MpiRequest(request)
+
+    def abort(self, code: int) -> None:
+        self._comm.Abort(code)
+
+    def barrier(self) -> None:
+        """The end of the run: cancel standing receives, then a barrier that sleeps while it
+        waits, so every rank leaves with nothing in flight."""
+        for request in self._recvs:
+            if request and not request.Test():
+                request.Cancel()
+                request.Wait()
+        request = self._comm.Ibarrier()
+        wait_until(request.Test)
+
+
+class _MpiRequest:
+    def __init__(self, request):
+        self._request = request
+
+    def test(self) -> bool:
+        return bool(self._request.Test())
+
+
+class _Done:
+    def test(self) -> bool:
+        return True
+
+
+class _InProcessRecv:
+    def __init__(self, world: "_World", rank: int, buf: np.ndarray, source: int, tag: int):
+        self._world, self._rank, self._buf = world, rank, buf
+        self._source, self._tag, self._done = source, tag, False
+
+    def test(self) -> bool:
+        if not self._done:
+            data = self._world.take(self._rank, self._source, self._tag)
+            if data is not None:
+                self._buf.ravel()[:data.size] = data.view(self._buf.dtype)
+                self._done = True
+        return self._done
+
+
+class _World:
+    """Mailboxes of an in-process world: per destination, FIFO (source, tag, bytes)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.lock = threading.Lock()
+        self.boxes: list[deque] = [deque() for _ in range(size)]
+        self.aborted: int | None = None
+
+    def put(self, dest: int, source: int, tag: int, data: np.ndarray) -> None:
+        with self.lock:
+            self.boxes[dest].append((source, tag, data))
+
+    def take(self, rank: int, source: int, tag: int):
+        if self.aborted is not None:
+            raise RuntimeError(f"in-process world aborted with code {self.aborted}")
+        with self.lock:
+            for i, (src, t, data) in enumerate(self.boxes[rank]):
+                if t == tag and source in (ANY_SOURCE, src):
+                    del self.boxes[rank][i]
+                    return data
+        return None
+
+
+class InProcessTransport:
+    """One rank of a world of threads in this process (for tests): sends copy the buffer
+    and complete at once; receives match in FIFO order per (source, tag), like MPI."""
+
+    def __init__(self, world: _World, rank: int):
+        self._world, self.rank, self.size = world, rank, world.size
+
+    @staticmethod
+    def create_world(size: int) -> list["InProcessTransport"]:
+        """Transports for ranks 0..size-1 sharing one world."""
+        world = _World(size)
+        return [InProcessTransport(world, r) for r in range(size)]
+
+    def isend(self, buf: np.ndarray, dest: int, tag: int) -> Request:
+        self._world.put(dest, self.rank, tag, np.frombuffer(buf.tobytes(), np.uint8))
+        return _Done()
+
+    def irecv(self, buf: np.ndarray, source: int, tag: int) -> Request:
+        return _InProcessRecv(self._world, self.rank, buf, source, tag)
+
+    def abort(self, code: int) -> None:
+        self._world.aborted = code
+        raise RuntimeError(f"rank {self.rank} aborted the world with code {code}")
+
+    def barrier(self) -> None:
+        """No-op: in-process tests join their threads instead."""

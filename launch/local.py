@@ -1,0 +1,58 @@
+"""``dba3c launch``: a local multi-process dry run under mpiexec.
+
+The world size follows from the requested layout (:func:`dba3c.roles.required_world_size`);
+mpiexec comes from the active Python environment (the ``mpich`` wheel) or else from PATH.
+Output of every rank streams to this terminal; a failing rank ends the whole job.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from dba3c.config import load_config
+from dba3c.errors import UserError
+from dba3c.roles import make_roles, required_world_size
+
+
+def find_mpiexec() -> str:
+    """mpiexec next to this Python (the mpich wheel) or on PATH."""
+    local = Path(sys.executable).parent / "mpiexec"
+    if local.exists():
+        return str(local)
+    found = shutil.which("mpiexec")
+    if not found:
+        raise UserError("mpiexec not found: install the `mpich` wheel (pip install mpich) "
+                        "or load your site's MPI")
+    return found
+
+
+def launch_command(config: str, overrides: list[str], *, workers: int, ps: int | None,
+                   evaluator: bool) -> list[str]:
+    """The mpiexec command line for this layout (validated before anything starts)."""
+    if workers < 1:
+        raise UserError(f"--workers {workers} must be at least 1")
+    extra = list(overrides)
+    if ps is not None:
+        extra.append(f"dist.ps={ps}")
+    if evaluator:
+        extra.append("eval.rank=true")
+    cfg = load_config(config, extra)
+    world = required_world_size(cfg, workers)
+    make_roles(world, cfg)  # refuses impossible layouts now, not in every rank
+    if world == 1:
+        return [sys.executable, "-m", "dba3c", "train", config, *extra]
+    return [find_mpiexec(), "-n", str(world), sys.executable, "-m", "dba3c", "train", config,
+            *extra]
+
+
+def launch_local(config: str, overrides: list[str], *, workers: int, ps: int | None = None,
+                 evaluator: bool = False) -> int:
+    """Run the job; returns its exit code."""
+    cmd = launch_command(config, overrides, workers=workers, ps=ps, evaluator=evaluator)
+    print("launch: " + " ".join(cmd), file=sys.stderr, flush=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.call(cmd, env=env)
