@@ -28,7 +28,7 @@ from typing import Callable, NamedTuple
 
 import yaml
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullLocator
+from matplotlib.ticker import LogFormatter, NullLocator
 
 Table = list[dict]
 
@@ -329,6 +329,8 @@ def _draw_scaling(table: Table, spec: _Scaling) -> Figure:
     if spec.ideal:
         axes.set_xscale("log", base=2)
         axes.set_yscale("log")
+        axes.yaxis.set_major_formatter(LogFormatter())  # plain numbers, not 6x10^1
+        axes.yaxis.set_minor_formatter(LogFormatter())
     ticks = sorted({row[spec.x] for row in table})
     axes.set_xticks(ticks, [str(tick) for tick in ticks])
     axes.xaxis.set_minor_locator(NullLocator())

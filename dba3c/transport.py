@@ -112,7 +112,11 @@ class _InProcessRecv:
         if not self._done:
             data = self._world.take(self._rank, self._source, self._tag)
             if data is not None:
-                self._buf.ravel()[:data.size] = data.view(self._buf.dtype)
+                values = data.view(self._buf.dtype)
+                if values.size > self._buf.size:
+                    raise RuntimeError(f"message of {values.size} values truncated into a "
+                                       f"buffer of {self._buf.size} (tag {self._tag})")
+                self._buf.ravel()[:values.size] = values
                 self._done = True
         return self._done
 

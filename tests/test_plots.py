@@ -1,0 +1,254 @@
+"""Figures and tables of dba3c.plots from synthetic run and sweep directories."""
+
+import csv
+import json
+
+import pytest
+import yaml
+
+from dba3c import plots
+
+
+def make_run(root, name, *, mode="sync", workers=1, scores=(1.0, 2.0, 3.0), evals=True):
+    """A run directory with three metrics records (60 s apart) and two evaluations."""
+    run_dir = root / name
+    run_dir.mkdir(parents=True)
+    config = {"env": {"id": "breakout"}, "model": {"kind": "ba3c", "hidden": 128},
+              "dist": {"mode": mode, "ps": 1, "workers": workers}, "run": {"seed": 0}}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    lines = [json.dumps({"step": 10 * i, "time_s": 60.0 * i,
+                         "perf/data_points_per_s": 100.0 * workers,
+                         "train/online_score": score, "loss/policy": 0.1})
+             for i, score in enumerate(scores, start=1)]
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n\n")
+    if evals:
+        (run_dir / "eval.jsonl").write_text("".join(
+            json.dumps({"step": step, "time_s": t, "mean": m, "max": m + 5, "min": m - 1,
+                        "std": 1.0, "episodes": 4}) + "\n"
+            for step, t, m in ((10, 60.0, 5.0), (30, 180.0, 15.0))))
+        (run_dir / "summary.json").write_text(json.dumps(
+            {"time_to_target_s": None, "target_score": 300, "final_step": 30}))
+    return run_dir
+
+
+def make_sweep(root, rows):
+    """A sweep directory: one run per row and sweep.csv (run_dir relative to the sweep for
+    even rows, absolute for odd ones)."""
+    sweep = root / "sweep"
+    sweep.mkdir()
+    columns = ["run_dir", "dist.ps", "model.hidden", "dist.workers", "dist.mode",
+               "data_points_per_s", "time_to_target_s", "final_eval_mean", "status"]
+    with open(sweep / "sweep.csv", "w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=columns)
+        writer.writeheader()
+        for index, row in enumerate(rows):
+            name = f"run-{index}"
+            run_dir = make_run(sweep, name, mode=row.get("dist.mode", "sync"),
+                               workers=int(row.get("dist.workers", 1)))
+            writer.writerow({"run_dir": run_dir if index % 2 else name, "dist.ps": 1, "model.hidden": 128,
+                             "dist.workers": 1, "dist.mode": "sync", "final_eval_mean": 15,
+                             "status": "ok", **row})
+    return sweep
+
+
+def lines_by_label(figure):
+    return {line.get_label(): line for line in figure.axes[0].get_lines()}
+
+
+def legend_labels(figure):
+    return [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+
+
+WORKER_ROWS = [
+    {"dist.workers": 1, "data_points_per_s": 1000, "time_to_target_s": 100},
+    {"dist.workers": 2, "data_points_per_s": 1800, "time_to_target_s": 60},
+    {"dist.workers": 4, "data_points_per_s": 3000, "time_to_target_s": 40},
+    {"dist.workers": 8, "data_points_per_s": 5000, "time_to_target_s": "", "status": "ok"},
+    {"dist.workers": 16, "data_points_per_s": 9999, "time_to_target_s": 1, "status": "failed"},
+]
+
+
+def as_csv_rows(rows):
+    """Rows as csv.DictReader gives them (strings, defaults filled in)."""
+    defaults = {"run_dir": "r", "dist.ps": "1", "model.hidden": "128", "dist.mode": "sync",
+                "final_eval_mean": "", "status": "ok"}
+    return [{**defaults, **{k: str(v) for k, v in row.items()}} for row in rows]
+
+
+def test_load_run_reads_every_file(tmp_path):
+    run = plots.load_run(make_run(tmp_path, "a"))
+    assert run.name == "a"
+    assert run.config["dist"]["mode"] == "sync"
+    assert [m["step"] for m in run.metrics] == [10, 20, 30]  # trailing blank line skipped
+    assert [e["mean"] for e in run.evals] == [5.0, 15.0]
+    assert run.summary["final_step"] == 30
+
+
+def test_load_run_without_optional_files(tmp_path):
+    run = plots.load_run(make_run(tmp_path, "a", evals=False))
+    assert run.evals == [] and run.summary == {}
+
+
+def test_malformed_metrics_line_names_file_and_line(tmp_path):
+    run_dir = make_run(tmp_path, "a")
+    with open(run_dir / "metrics.jsonl", "a") as file:
+        file.write('{"step": 40, "time_s": \n')
+    with pytest.raises(ValueError, match=r"metrics\.jsonl: line 5 "):
+        plots.load_run(run_dir)
+
+
+def test_learning_curves(tmp_path):
+    runs = [plots.load_run(make_run(tmp_path, "a")),
+            plots.load_run(make_run(tmp_path, "b", scores=(None, 4.0, 6.0)))]
+    figures = plots.learning_curves(runs)
+    assert set(figures) == {"eval_vs_time", "eval_vs_step", "online_score", "throughput"}
+
+    evals = figures["eval_vs_time"]
+    assert len(evals.axes[0].get_lines()) == 4  # mean and max per run
+    assert legend_labels(evals) == ["a", "b"]
+    assert "[min]" in evals.axes[0].get_xlabel()
+    assert "[points/episode]" in evals.axes[0].get_ylabel()
+    styles = [line.get_linestyle() for line in evals.axes[0].get_lines()]
+    assert styles == ["-", "--", "-", "--"]
+    assert list(evals.axes[0].get_lines()[1].get_ydata()) == [10.0, 20.0]  # max
+    assert list(evals.axes[0].get_lines()[0].get_xdata()) == [1.0, 3.0]  # minutes
+
+    assert "[updates]" in figures["eval_vs_step"].axes[0].get_xlabel()
+    assert list(figures["eval_vs_step"].axes[0].get_lines()[0].get_xdata()) == [10, 30]
+
+    online = lines_by_label(figures["online_score"])
+    assert list(online) == ["a", "b"]
+    assert list(online["b"].get_xdata()) == [2.0, 3.0]  # the null score is skipped
+    assert list(online["b"].get_ydata()) == [4.0, 6.0]
+
+    throughput = figures["throughput"].axes[0]
+    assert "[data points/s]" in throughput.get_ylabel()
+    assert legend_labels(figures["throughput"]) == ["a", "b"]
+
+
+def test_learning_curves_leave_out_empty_figures(tmp_path):
+    runs = [plots.load_run(make_run(tmp_path, "a", evals=False))]
+    assert set(plots.learning_curves(runs)) == {"online_score", "throughput"}
+
+
+def test_workers_scaling_with_ideal_lines():
+    figures = plots.scaling_figures(as_csv_rows(WORKER_ROWS))
+    assert set(figures) == {"time_to_target_vs_workers", "throughput_vs_workers"}
+
+    time = figures["time_to_target_vs_workers"]
+    lines = lines_by_label(time)
+    assert set(lines) == {"measured", "ideal linear"}
+    # the unreached (8) and failed (16) runs are left out
+    assert list(lines["measured"].get_xdata()) == [1, 2, 4]
+    assert list(lines["measured"].get_ydata()) == [100, 60, 40]
+    assert list(lines["ideal linear"].get_ydata()) == [100.0, 50.0, 25.0]
+    assert time.axes[0].get_xscale() == "log" and time.axes[0].get_yscale() == "log"
+    assert "[s]" in time.axes[0].get_ylabel()
+
+    lines = lines_by_label(figures["throughput_vs_workers"])
+    assert list(lines["measured"].get_xdata()) == [1, 2, 4, 8]
+    assert list(lines["ideal linear"].get_ydata()) == [1000.0, 2000.0, 4000.0, 8000.0]
+
+
+def test_scaling_tables_average_repeats_and_split_series():
+    rows = as_csv_rows([
+        {"dist.workers": 1, "model.hidden": 128, "data_points_per_s": 100},
+        {"dist.workers": 1, "model.hidden": 128, "data_points_per_s": 300},
+        {"dist.workers": 2, "model.hidden": 128, "data_points_per_s": 400},
+        {"dist.workers": 2, "model.hidden": 256, "data_points_per_s": 200},
+        {"dist.workers": 4, "model.hidden": 256, "data_points_per_s": 300},
+    ])
+    tables = plots.scaling_tables(rows)
+    assert set(tables) == {"throughput_vs_workers", "throughput_vs_hidden"}  # no times
+    assert tables["throughput_vs_workers"] == [
+        {"series": "model.hidden=128", "dist.workers": 1, "data_points_per_s": 200,
+         "runs": 2, "ideal_linear": 200.0},
+        {"series": "model.hidden=128", "dist.workers": 2, "data_points_per_s": 400,
+         "runs": 1, "ideal_linear": 400.0},
+        {"series": "model.hidden=256", "dist.workers": 2, "data_points_per_s": 200,
+         "runs": 1, "ideal_linear": 200.0},
+        {"series": "model.hidden=256", "dist.workers": 4, "data_points_per_s": 300,
+         "runs": 1, "ideal_linear": 400.0},
+    ]
+    labels = legend_labels(plots.draw_figure("throughput_vs_workers",
+                                             tables["throughput_vs_workers"]))
+    assert labels == ["model.hidden=128", "ideal linear (model.hidden=128)",
+                      "model.hidden=256", "ideal linear (model.hidden=256)"]
+
+
+def test_hidden_and_ps_figures():
+    rows = as_csv_rows([
+        {"dist.workers": 4, "model.hidden": 64, "dist.ps": 1, "data_points_per_s": 900},
+        {"dist.workers": 4, "model.hidden": 128, "dist.ps": 1, "data_points_per_s": 800},
+        {"dist.workers": 4, "model.hidden": 128, "dist.ps": 2, "data_points_per_s": 850},
+    ])
+    figures = plots.scaling_figures(rows)
+    assert set(figures) == {"throughput_vs_hidden", "throughput_vs_ps"}
+    hidden = figures["throughput_vs_hidden"].axes[0]
+    assert "model.hidden" in hidden.get_xlabel() and "[data points/s]" in hidden.get_ylabel()
+    lines = lines_by_label(figures["throughput_vs_hidden"])
+    assert list(lines["dist.ps=1"].get_xdata()) == [64, 128]
+    assert list(lines["dist.ps=1"].get_ydata()) == [900, 800]
+    assert not any(label.startswith("ideal") for label in lines)
+
+
+def test_sync_vs_async(tmp_path):
+    sync = plots.load_run(make_run(tmp_path, "s", mode="sync"))
+    assert plots.sync_vs_async([sync]) is None
+    other = plots.load_run(make_run(tmp_path, "x", mode="async", scores=(0.5, 1.0, 1.5)))
+    figure = plots.sync_vs_async([sync, other])
+    assert legend_labels(figure) == ["sync", "async"]
+    assert "[min]" in figure.axes[0].get_xlabel()
+    assert list(lines_by_label(figure)["async"].get_ydata()) == [0.5, 1.0, 1.5]
+    second = plots.load_run(make_run(tmp_path, "t", mode="sync"))
+    labels = legend_labels(plots.sync_vs_async([sync, other, second]))
+    assert labels == ["sync (s)", "async", "sync (t)"]
+
+
+def test_write_outputs(tmp_path):
+    table = plots.scaling_tables(as_csv_rows(WORKER_ROWS))["time_to_target_vs_workers"]
+    figure = plots.draw_figure("time_to_target_vs_workers", table)
+    written = plots.write_outputs({"ttt": (figure, table)}, tmp_path / "out")
+    assert written == [tmp_path / "out" / "ttt.png", tmp_path / "out" / "ttt.csv"]
+    assert written[0].stat().st_size > 1000
+    with open(written[1], newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert [(r["dist.workers"], r["time_to_target_s"], r["ideal_linear"]) for r in rows] == [
+        ("1", "100", "100.0"), ("2", "60", "50.0"), ("4", "40", "25.0")]
+    assert rows[0]["series"] == "" and rows[0]["runs"] == "1"
+
+
+def test_plot_command_on_sweep_and_run(tmp_path):
+    sweep = make_sweep(tmp_path, [
+        {"dist.workers": 1, "data_points_per_s": 100, "time_to_target_s": 100},
+        {"dist.workers": 2, "data_points_per_s": 190, "time_to_target_s": 55,
+         "dist.mode": "async"},
+    ])
+    single = make_run(tmp_path, "single")
+    out = tmp_path / "figures"
+    written = plots.plot_command([str(sweep), single, sweep / "run-0"], out)
+    names = {path.name for path in written}
+    stems = ["eval_vs_time", "eval_vs_step", "online_score", "throughput", "sync_vs_async",
+             "time_to_target_vs_workers", "throughput_vs_workers"]
+    assert names == {f"{stem}.{ext}" for stem in stems for ext in ("png", "csv")}
+    assert all(path.stat().st_size > 0 for path in written)
+    with open(out / "online_score.csv", newline="") as file:
+        runs = [row["run"] for row in csv.DictReader(file)]
+    assert runs == ["run-0"] * 3 + ["run-1"] * 3 + ["single"] * 3  # run-0 only once
+    with open(out / "throughput_vs_workers.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    # dist.mode varies too, so each mode is its own series with its own ideal line
+    assert [(r["series"], r["dist.workers"], r["ideal_linear"]) for r in rows] == [
+        ("dist.mode=sync", "1", "100.0"), ("dist.mode=async", "2", "190.0")]
+
+
+def test_plot_command_rejects_other_paths(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for bad in (tmp_path / "empty", tmp_path / "missing"):
+        with pytest.raises(ValueError, match=f"^{bad}: expected a run directory"):
+            plots.plot_command([bad], tmp_path / "out")
+
+
+def test_draw_figure_rejects_unknown_name():
+    with pytest.raises(ValueError, match="unknown figure 'nope'"):
+        plots.draw_figure("nope", [])

@@ -1,0 +1,162 @@
+"""The parameter-server protocol on the in-process transport, with synthetic gradients.
+
+Ranks run as threads: rank 0 is a non-training chief (a fake that records what it is told),
+then the parameter servers, then the workers. Expected parameters are recomputed here with
+``adam_update`` on the whole vector.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from dba3c.adam import AdamState, adam_update
+from dba3c.config import from_dict
+from dba3c.distributed import STATS, ChiefLink, RemoteParameterClient, report_vector, run_ps
+from dba3c.roles import make_roles
+from dba3c.transport import InProcessTransport, wait_until
+
+N = 11  # parameters: odd so shards differ in size
+
+
+class FakeChief:
+    """Records what the ChiefLink hands to a Chief."""
+
+    def __init__(self):
+        self.step, self.start_step, self.stop_reason = 0, 0, None
+        self.extra, self.reports, self.checkpoints = {}, {}, {}
+
+    def worker_report(self, rank, report):
+        self.reports[rank] = report
+
+    def on_step(self, step):
+        self.step = step
+
+    def save_checkpoint(self, step, theta, m, v, count):
+        self.checkpoints[step] = (theta.copy(), m.copy(), v.copy(), count)
+
+    def on_eval(self, step, scores):
+        raise AssertionError("no evaluator in these tests")
+
+
+def grad_of(rank: int, version: int) -> np.ndarray:
+    """A deterministic synthetic gradient."""
+    return np.random.default_rng([rank, version]).normal(size=N).astype(np.float32)
+
+
+def make_cfg(workers: int, ps: int, **dist):
+    return from_dict({
+        "env": {"id": "CartPole-v1"}, "model": {"kind": "mlp"},
+        "train": {"max_steps": dist.pop("max_steps", 4), "lr": 0.01},
+        "dist": {"ps": ps, "workers": workers, "chief_trains": False, **dist},
+        "run": {"checkpoint_every": 2}, "eval": {"every": 0},
+    })
+
+
+def run_world(cfg, worker_fn, theta0):
+    """Start chief + PS + worker threads; return (fake chief, {rank: [Params, ...]})."""
+    roles = make_roles(1 + cfg.dist.ps + cfg.dist.workers, cfg)
+    transports = InProcessTransport.create_world(roles.world_size)
+    chief = FakeChief()
+    link = ChiefLink(transports[0], roles, cfg, chief, N)
+    link.send_init(0, theta0.copy(), AdamState.zeros(N))
+    received: dict[int, list] = {w: [] for w in roles.workers}
+    errors = []
+
+    def guard(fn, *args):
+        try:
+            fn(*args)
+        except BaseException as e:  # surfaced by the test
+            errors.append(e)
+
+    def worker(rank):
+        client = RemoteParameterClient(transports[rank], roles, cfg, N)
+        worker_fn(rank, client, received[rank])
+        transports[rank].isend(  # the final report the chief waits for
+            np.append(report_vector({}, final=True), rank), 0, STATS)
+        client.close()
+
+    threads = [threading.Thread(target=guard, args=(run_ps, transports[p], roles, cfg, N))
+               for p in roles.ps]
+    threads += [threading.Thread(target=guard, args=(worker, w)) for w in roles.workers]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    wait_until(lambda: link.poll() or link.finished or errors or time.monotonic() > deadline)
+    for t in threads:
+        t.join(timeout=10)
+    assert not errors, errors
+    assert link.finished, "the run did not finish"
+    return chief, received
+
+
+def train_loop(delay_for=None):
+    def loop(rank, client, out):
+        params = client.pull()
+        out.append(params)
+        while params is not None:
+            if delay_for and rank in delay_for:
+                time.sleep(delay_for[rank])
+            params = client.push(params.version, grad_of(rank, params.version))
+            if params is not None:
+                out.append(params)
+    return loop
+
+
+def reference_sync(theta0, cfg, workers, steps):
+    """theta_t for t = 0..steps with Adam on the mean of every worker's gradient."""
+    theta, state, thetas = theta0.copy(), AdamState.zeros(N), [theta0.copy()]
+    for t in range(steps):
+        mean = np.mean([grad_of(w, t) for w in workers], axis=0, dtype=np.float32)
+        adam_update(theta, mean, state, lr=cfg.train.lr, beta1=cfg.adam.beta1,
+                    beta2=cfg.adam.beta2, epsilon=cfg.adam.epsilon)
+        thetas.append(theta.copy())
+    return thetas, state
+
+
+@pytest.mark.parametrize("ps", [1, 2, 3])
+def test_sync_update_is_adam_of_the_mean_gradient(ps):
+    cfg = make_cfg(workers=3, ps=ps, max_steps=4)
+    theta0 = np.linspace(-1, 1, N).astype(np.float32)
+    chief, received = run_world(cfg, train_loop(), theta0)
+    roles = make_roles(1 + ps + 3, cfg)
+    expected, state = reference_sync(theta0, cfg, roles.workers, 4)
+    for rank, params_seq in received.items():
+        assert [p.version for p in params_seq] == [0, 1, 2, 3]  # version 4 ends the run
+        for p in params_seq:
+            np.testing.assert_allclose(p.theta, expected[p.version], rtol=1e-6, atol=1e-7)
+    # the chief gathered checkpoints at steps 2 and 4 (final) with the Adam state
+    assert sorted(chief.checkpoints) == [2, 4]
+    theta4, m4, v4, count4 = chief.checkpoints[4]
+    np.testing.assert_allclose(theta4, expected[4], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(m4, state.m_shard, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(v4, state.v_shard, rtol=1e-6, atol=1e-8)
+    assert count4 == 4 and chief.step == 4
+
+
+def test_backup_workers_drop_late_gradients_and_slow_worker_catches_up():
+    cfg = make_cfg(workers=3, ps=2, max_steps=15, replicas_to_aggregate=2)
+    roles = make_roles(6, cfg)
+    fast, slow = roles.workers[:-1], roles.workers[-1]
+    delays = {**{w: 0.02 for w in fast}, slow: 0.1}
+    chief, received = run_world(cfg, train_loop(delays), np.zeros(N, np.float32))
+    dropped = sum(v for k, v in chief.extra.items() if k.startswith("dist/dropped_late"))
+    assert dropped > 0
+    fast_by_version = {p.version: p.theta for w in fast for p in received[w]}
+    slow_versions = [p.version for p in received[slow]]
+    assert slow_versions == sorted(set(slow_versions))
+    assert max(np.diff(slow_versions)) > 1  # it skipped versions: caught up to the newest
+    for p in received[slow]:  # never a mix of versions: equal to what fast workers had
+        if p.version in fast_by_version:
+            np.testing.assert_array_equal(p.theta, fast_by_version[p.version])
+
+
+def test_async_applies_every_gradient_and_records_staleness():
+    cfg = make_cfg(workers=3, ps=2, max_steps=9, mode="async")
+    chief, received = run_world(cfg, train_loop(), np.zeros(N, np.float32))
+    assert chief.step == 9  # one version per applied gradient
+    assert "dist/staleness_mean" in chief.extra and chief.extra["dist/staleness_max"] >= 1
+    assert sum(len(seq) - 1 for seq in received.values()) >= 6  # replies to pushes
