@@ -445,17 +445,30 @@ def run_worker(t: Transport, roles: Roles, cfg: Config, spec, link: ChiefLink | 
     client = RemoteParameterClient(t, roles, cfg, num_params, idle=link.poll if link else None)
     sender = Sender(t)
 
-    def send_report(report: dict, final: bool) -> None:
-        if chief is not None:
-            chief.worker_report(t.rank, report)
-            if final:
-                link.final_reports.add(t.rank)
-            return
-        sender.send(np.append(report_vector(report, final), t.rank), [0], STATS)
-        sender.idle()
+    evaluator = None
+    if chief is not None and roles.evaluator is None and cfg.eval.every:
+        from dba3c.evaluation import BackgroundEvaluator
 
-    worker.train(client, lambda params, report: send_report(report, False))
-    send_report(worker.report({}, 0.0), True)
+        evaluator = BackgroundEvaluator(cfg, spec)  # no evaluator rank: evaluate in here
+        evaluator.start()
+
+    def send_report(params, report: dict, final: bool) -> bool:
+        if chief is None:
+            sender.send(np.append(report_vector(report, final), t.rank), [0], STATS)
+            sender.idle()
+            return False
+        chief.worker_report(t.rank, report)
+        if final:
+            link.final_reports.add(t.rank)
+        if evaluator is not None:
+            if params is not None and params.version % cfg.eval.every == 0:
+                evaluator.submit(params.version, params.theta)
+            for step, scores in evaluator.results():
+                chief.on_eval(step, scores)
+        return False
+
+    worker.train(client, lambda params, report: send_report(params, report, False))
+    send_report(None, worker.report({}, 0.0), True)
     client.close()
     wait_until(sender.idle)
 

@@ -1,0 +1,48 @@
+"""Shared helpers: run the real ``dba3c`` command line in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def dba3c(*args, timeout=300, check=True, env=None, **kw) -> subprocess.CompletedProcess:
+    """Run ``python -m dba3c ARGS`` from the repository root; output captured as text."""
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    proc = subprocess.run([sys.executable, "-m", "dba3c", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout, env=full_env, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"dba3c {' '.join(map(str, args))} exited {proc.returncode}:\n"
+                             f"{proc.stderr[-4000:]}")
+    return proc
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Every JSON line of a file."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def latest_checkpoint(run_dir: Path):
+    """The newest checkpoint of a run directory."""
+    from dba3c import checkpoint
+
+    return checkpoint.load_latest(Path(run_dir) / "checkpoints")
+
+
+def assert_close(a: np.ndarray, b: np.ndarray, tol: float = 1e-6) -> None:
+    """Elementwise |a - b| <= tol * (1 + |b|)."""
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+@pytest.fixture
+def run_dir(tmp_path) -> Path:
+    """A fresh run directory path."""
+    return tmp_path / "run"
