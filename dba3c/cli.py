@@ -44,11 +44,6 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--ps", type=int, default=None, help="parameter servers (dist.ps)")
     p.add_argument("--evaluator", action="store_true", help="add an evaluator rank")
 
-    p = sub.add_parser("evaluate", help="evaluate a checkpoint or run directory")
-    p.add_argument("target", help="checkpoint file or run directory")
-    p.add_argument("--episodes", type=int, default=None)
-    p.add_argument("--video", default=None, help="write an MP4 (or .gif) of one game")
-
     p = sub.add_parser("plot", help="learning curves and scaling figures (PNG + CSV)")
     p.add_argument("paths", nargs="+", help="run or sweep directories")
     p.add_argument("--out", required=True, help="output directory")
@@ -147,15 +142,8 @@ def cmd_plot(args) -> int:
     return 0
 
 
-def cmd_evaluate(args) -> int:
-    """``dba3c evaluate``: the evaluation offline, optionally with a video."""
-    from dba3c.offline import evaluate_command
-
-    return evaluate_command(args.target, args.episodes, args.video)
-
-
 COMMANDS = {"train": cmd_train, "describe": cmd_describe, "launch": cmd_launch,
-            "plot": cmd_plot, "evaluate": cmd_evaluate}
+            "plot": cmd_plot}
 
 if __name__ == "__main__":
     sys.exit(main())
