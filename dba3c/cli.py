@@ -44,6 +44,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--ps", type=int, default=None, help="parameter servers (dist.ps)")
     p.add_argument("--evaluator", action="store_true", help="add an evaluator rank")
 
+    sub.add_parser("submit", help="submit to Slurm with submitit (see `dba3c submit --help`)")
+
     p = sub.add_parser("plot", help="learning curves and scaling figures (PNG + CSV)")
     p.add_argument("paths", nargs="+", help="run or sweep directories")
     p.add_argument("--out", required=True, help="output directory")
@@ -66,6 +68,11 @@ def parse_args(argv: list[str] | None):
 def main(argv: list[str] | None = None) -> int:
     """Run one command; exit codes: 0 ok, 1 training failed, 2 bad input."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["submit"]:  # the submitit launcher has its own options
+        from launch.submit import main as submit_main
+
+        return submit_main(argv[1:])
     try:
         args = parse_args(argv)
         return COMMANDS[args.command](args) or 0

@@ -1,0 +1,98 @@
+#!/bin/bash
+# The paper's best run (Adamski et al. 2018): 64 training workers (one per node, 12+ cores),
+# 4 parameter servers and an evaluator; the chief (rank 0) is one of the 64 training workers.
+# World size = 64 + 4 + 1 = 69 tasks. Roles come from the MPI rank (see `dba3c describe`).
+#
+#   sbatch slurm/breakout_64.sh                               # the full run
+#   sbatch -N1 -n6 slurm/breakout_64.sh train.max_steps=3     # the same file at tiny scale
+#   DBA3C_OVERRIDES="train.lr=5e-4 run.seed=3" sbatch slurm/breakout_64.sh
+#
+# Command-line sbatch options override the #SBATCH lines; script arguments and
+# DBA3C_OVERRIDES are config overrides (KEY=VALUE, applied after the preset).
+#
+# Environment (all optional):
+#   DBA3C_CONFIG     preset                 (default: configs/breakout_64.yaml)
+#   DBA3C_RUN_DIR    run directory          (default: runs/<job name>-<job id>; stable across
+#                                            requeues, so a requeued job resumes)
+#   DBA3C_VENV       Python environment to activate (default: $SLURM_SUBMIT_DIR/.venv if it
+#                    exists; otherwise the python3 on PATH is used)
+#   DBA3C_MODULES    modules to `module load` first, space separated (e.g. "openmpi/4.1")
+#   DBA3C_LAUNCHER   srun (default, PMI2) or mpiexec (inside the allocation)
+#   DBA3C_OVERRIDES  extra config overrides
+#
+# Preemption and time limits: Slurm sends SIGUSR2 to this script 120 s before the limit (or
+# `scancel --signal=USR2 JOBID` at any time); it is forwarded to rank 0, which writes a
+# checkpoint and stops every rank cleanly; the script then requeues the job, which resumes
+# from the run directory's newest checkpoint with the same step count.
+#
+#SBATCH --job-name=dba3c-breakout64
+#SBATCH --nodes=69
+#SBATCH --ntasks=69
+#SBATCH --exclusive
+#SBATCH --time=02:00:00
+#SBATCH --signal=B:USR2@120
+#SBATCH --requeue
+#SBATCH --open-mode=append
+#SBATCH --output=dba3c-%x-%j.out
+
+set -uo pipefail
+
+DBA3C_CONFIG=${DBA3C_CONFIG:-configs/breakout_64.yaml}
+DBA3C_LAUNCHER=${DBA3C_LAUNCHER:-srun}
+cd "${SLURM_SUBMIT_DIR:-$(pwd)}" || exit 1
+RUN_DIR=${DBA3C_RUN_DIR:-runs/${SLURM_JOB_NAME:-dba3c}-${SLURM_JOB_ID:-local}}
+
+if [[ -n ${DBA3C_MODULES:-} ]]; then
+    for m in $DBA3C_MODULES; do module load "$m" || { echo "error: module load $m failed" >&2; exit 1; }; done
+fi
+VENV=${DBA3C_VENV:-${SLURM_SUBMIT_DIR:-.}/.venv}
+if [[ -f $VENV/bin/activate ]]; then
+    # shellcheck disable=SC1091
+    source "$VENV/bin/activate"
+elif [[ -n ${DBA3C_VENV:-} ]]; then
+    echo "error: DBA3C_VENV=$DBA3C_VENV has no bin/activate" >&2
+    exit 2
+fi
+
+# shellcheck disable=SC2206
+OVERRIDES=(dist.workers=0 "run.dir=$RUN_DIR" ${DBA3C_OVERRIDES:-} "$@")
+for o in "${OVERRIDES[@]}"; do [[ $o == run.dir=* ]] && RUN_DIR=${o#run.dir=}; done
+NTASKS=${SLURM_NTASKS:-1}
+echo "dba3c: job ${SLURM_JOB_ID:-?} (restart ${SLURM_RESTART_COUNT:-0}) $NTASKS tasks," \
+     "config $DBA3C_CONFIG, run dir $RUN_DIR, overrides: ${OVERRIDES[*]}"
+
+# Refuse a layout the tasks cannot hold before any rank starts.
+python3 -m launch.slurm_check "$DBA3C_CONFIG" "$NTASKS" "${OVERRIDES[@]}" || exit $?
+
+case $DBA3C_LAUNCHER in
+    srun)    launch=(srun --mpi=pmi2 --kill-on-bad-exit=1 --ntasks="$NTASKS") ;;
+    mpiexec) launch=(mpiexec -n "$NTASKS") ;;
+    *) echo "error: DBA3C_LAUNCHER=$DBA3C_LAUNCHER must be srun or mpiexec" >&2; exit 2 ;;
+esac
+
+signalled=0
+on_usr2() {
+    signalled=1
+    echo "dba3c: SIGUSR2 received: checkpoint, stop and requeue"
+    kill -USR2 "$child" 2>/dev/null  # srun/mpiexec forward it to the ranks; rank 0 acts
+}
+trap on_usr2 USR2
+
+"${launch[@]}" python3 -m dba3c train "$DBA3C_CONFIG" "${OVERRIDES[@]}" &
+child=$!
+rc=0
+while true; do  # `wait` returns early when a trapped signal arrives; wait again
+    wait "$child"
+    rc=$?
+    kill -0 "$child" 2>/dev/null || break
+done
+
+# Requeue when the run stopped for a signal (here, or delivered to the ranks by
+# `scancel --signal=USR2`), not when it finished.
+reason=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("stop_reason") or "")' \
+         "$RUN_DIR/summary.json" 2>/dev/null)
+if [[ $rc == 0 && ( $signalled == 1 || $reason == signal* ) && -n ${SLURM_JOB_ID:-} ]]; then
+    echo "dba3c: stopped by ${reason:-a signal}; requeueing job $SLURM_JOB_ID to resume from $RUN_DIR"
+    scontrol requeue "$SLURM_JOB_ID"
+fi
+exit "$rc"
