@@ -154,7 +154,7 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
     def finish() -> None:
         nonlocal finished
         send_state(final=True)
-        done = message(n)
+        done = message(0)  # header only: sent eagerly, never waits on a receive
         header(done)[0] = -1
         sender.send(done, roles.workers, PARAMS)
         if roles.evaluator is not None:
@@ -400,6 +400,7 @@ def run_evaluator(t: Transport, roles: Roles, cfg: Config, spec) -> None:
     sender = Sender(t)
 
     def drain() -> bool:
+        """Take what arrived; True once any PS has finished (stop evaluating then)."""
         for i, inbox in enumerate(inboxes):
             while not done[i] and (msg := inbox.poll()) is not None:
                 if header(msg)[0] == -1:
@@ -426,6 +427,7 @@ def run_evaluator(t: Transport, roles: Roles, cfg: Config, spec) -> None:
         if len(scores) == cfg.eval.episodes:
             sender.send(np.array([step, len(scores), *scores], np.float64), [0], EVAL)
     pool.close()
+    wait_until(lambda: drain() and all(done))  # every PS's sends matched before the barrier
     sender.send(np.array([-1, 0], np.float64), [0], EVAL)
     wait_until(sender.idle)
 

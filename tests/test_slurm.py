@@ -55,8 +55,8 @@ def job_info(job_id: str) -> dict:
     return dict(re.findall(r"(\w+)=(\S+)", out))
 
 
-def wait_job(job_id: str, timeout: float = 300) -> dict:
-    """Wait until the job reaches a final state."""
+def wait_job(job_id: str, log, timeout: float = 300) -> dict:
+    """Wait until the job reaches a final state; on timeout cancel it and show its log."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         info = job_info(job_id)
@@ -64,14 +64,16 @@ def wait_job(job_id: str, timeout: float = 300) -> dict:
             return info
         time.sleep(2)
     subprocess.run(["scancel", job_id])
-    raise AssertionError(f"job {job_id} did not finish in {timeout} s: {job_info(job_id)}")
+    tail = log.read_text()[-3000:] if log.exists() else "(no log)"
+    raise AssertionError(f"job {job_id} did not finish in {timeout} s: "
+                         f"{job_info(job_id).get('JobState')}; log:\n{tail}")
 
 
 def test_sbatch_breakout_64_at_tiny_scale(slurm, tmp_path):
     run = tmp_path / "run"
     job = sbatch("-N1", "-n6", "-o", tmp_path / "%j.out", "slurm/breakout_64.sh",
                  "train.max_steps=3", f"run.dir={run}", "run.log_every=1", "run.progress=none")
-    info = wait_job(job)
+    info = wait_job(job, tmp_path / f"{job}.out")
     log = (tmp_path / f"{job}.out").read_text()
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", log[-3000:]
     assert "rank 5: evaluator" in log and "ranks 1-4: parameter servers" in log
@@ -86,7 +88,7 @@ def test_sbatch_breakout_64_at_tiny_scale(slurm, tmp_path):
 def test_too_few_tasks_fail_at_once_with_a_clear_error(slurm, tmp_path):
     job = sbatch("-N1", "-n5", "-o", tmp_path / "%j.out", "slurm/breakout_64.sh",
                  f"run.dir={tmp_path / 'run'}")
-    info = wait_job(job, timeout=120)
+    info = wait_job(job, tmp_path / f"{job}.out", timeout=120)
     log = (tmp_path / f"{job}.out").read_text()
     assert info["JobState"] == "FAILED" and info["ExitCode"].startswith("2:")
     assert "error: world size 5 is too small" in log
@@ -106,7 +108,7 @@ def test_usr2_checkpoints_requeues_and_resumes_without_gap(slurm, tmp_path):
         assert time.monotonic() < deadline, job_info(job)
         time.sleep(0.5)
     subprocess.run(["scancel", "--signal=USR2", job], check=True)
-    info = wait_job(job)
+    info = wait_job(job, tmp_path / f"{job}.out")
     log = (tmp_path / f"{job}.out").read_text()
     assert info["JobState"] == "COMPLETED" and int(info["Restarts"]) >= 1, log[-3000:]
     assert "stopped by signal SIGUSR2; requeueing" in log and "(restart 1)" in log
