@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 RUN_DIR ?= runs/breakout
 RUN_ARGS ?= train.max_seconds=240
 
-.PHONY: install run test test-fast bench bench-quick lint clean
+.PHONY: install run test test-fast bench bench-quick clean
 
 install: $(STAMP)
 

@@ -138,3 +138,27 @@ def load_latest(directory: Path) -> Checkpoint | None:
     if problems:
         raise UserError(f"no usable checkpoint in {directory}: " + "; ".join(problems))
     return None
+
+
+def load_path(path: str) -> Checkpoint:
+    """A checkpoint file, or the newest valid checkpoint of a run directory."""
+    p = Path(path)
+    if p.is_file():
+        return load(p)
+    if p.is_dir():
+        ckpt = load_latest(p / "checkpoints" if (p / "checkpoints").is_dir() else p)
+        if ckpt is None:
+            raise UserError(f"{path} holds no checkpoint (expected a run directory with "
+                            f"checkpoints/ or a step-*.ckpt file)")
+        return ckpt
+    raise UserError(f"{path} not found: expected a checkpoint file or a run directory")
+
+
+def check_layout(ckpt: Checkpoint, cfg, layout, where: str, hint: str) -> None:
+    """UserError unless the checkpoint holds parameters of exactly this network."""
+    if ckpt.meta.get("layout") != layout.to_dict():
+        raise UserError(
+            f"checkpoint step {ckpt.step} {where} holds a model with {ckpt.theta.size} "
+            f"parameters that does not match model.kind={cfg.model.kind} "
+            f"model.hidden={cfg.model.hidden} env.id={cfg.env.id} ({layout.num_params} "
+            f"parameters); {hint}")

@@ -44,6 +44,15 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--ps", type=int, default=None, help="parameter servers (dist.ps)")
     p.add_argument("--evaluator", action="store_true", help="add an evaluator rank")
 
+    p = sub.add_parser("evaluate", help="play games with a checkpoint; optional video")
+    p.add_argument("path", help="checkpoint file or run directory (newest checkpoint)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="overrides of the stored config, e.g. eval.max_frames=4000")
+    p.add_argument("--episodes", type=int, default=None, help="games (default eval.episodes)")
+    p.add_argument("--video", action="append", default=[], metavar="PATH",
+                   help="write one game as .mp4 or .gif (repeat for both)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the games")
+
     sub.add_parser("submit", help="submit to Slurm with submitit (see `dba3c submit --help`)")
 
     p = sub.add_parser("plot", help="learning curves and scaling figures (PNG + CSV)")
@@ -109,7 +118,7 @@ def cmd_describe(args) -> int:
     """``dba3c describe``: what a run would be, without running it."""
     from dba3c.config import dump_yaml, load_config
     from dba3c.roles import make_roles, required_world_size
-    from dba3c.runner import make_spec
+    from dba3c.envs import make_spec
 
     cfg = load_config(args.config, args.overrides)
     spec = make_spec(cfg)
@@ -125,6 +134,49 @@ def cmd_describe(args) -> int:
             print(line)
     else:
         print("world_size: 1 (pass --workers W to lay out a cluster)")
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    """``dba3c evaluate``: the training run's evaluation, offline, from a checkpoint."""
+    import json
+
+    import numpy as np
+
+    from dba3c import checkpoint
+    from dba3c.config import apply_overrides, from_dict, is_atari
+    from dba3c.envs import make_spec
+    from dba3c.video import check_video_path, write_video
+
+    if args.episodes is not None and args.episodes < 1:
+        raise UserError(f"--episodes {args.episodes} must be at least 1")
+    for path in args.video:
+        check_video_path(path)  # before minutes of play, not after
+    ckpt = checkpoint.load_path(args.path)
+    source = f"the config stored in checkpoint step {ckpt.step}"
+    cfg = apply_overrides(from_dict(ckpt.meta.get("config", {}), source), args.overrides,
+                          source)
+    if args.video and not is_atari(cfg.env.id):
+        raise UserError(f"--video needs an Atari game; env.id={cfg.env.id} has no frames")
+    spec = make_spec(cfg)
+    checkpoint.check_layout(ckpt, cfg, spec.layout(), f"from {args.path}",
+                            "evaluate it with its own config")
+    from dba3c.evaluation import evaluate_params, record_game  # TensorFlow: after the checks
+    episodes = args.episodes or cfg.eval.episodes
+
+    def progress(n: int, score: float) -> None:
+        print(f"game {n}/{episodes}: score {score:g}", file=sys.stderr, flush=True)
+
+    scores = evaluate_params(cfg, spec, ckpt.theta, episodes, args.seed, on_game=progress)
+    result = {"checkpoint_step": ckpt.step, "episodes": len(scores),
+              "greedy": cfg.eval.greedy, "mean": float(np.mean(scores)),
+              "max": float(np.max(scores)), "min": float(np.min(scores)),
+              "std": float(np.std(scores)), "scores": scores}
+    if args.video:
+        score, frames = record_game(cfg, spec, ckpt.theta, args.seed)
+        result["video"] = {"paths": [str(write_video(p, frames)) for p in args.video],
+                           "frames": len(frames), "score": score}
+    print(json.dumps(result))
     return 0
 
 
@@ -149,8 +201,8 @@ def cmd_plot(args) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "describe": cmd_describe, "launch": cmd_launch,
-            "plot": cmd_plot}
+COMMANDS = {"train": cmd_train, "describe": cmd_describe, "evaluate": cmd_evaluate,
+            "launch": cmd_launch, "plot": cmd_plot}
 
 if __name__ == "__main__":
     sys.exit(main())

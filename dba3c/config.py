@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import functools
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -19,6 +20,23 @@ import yaml
 from dba3c.errors import UserError
 
 Check = Callable[[Any], "str | None"]
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, also reading exponent floats without a dot (``3e-4``, as in
+    YAML 1.2) as numbers rather than strings."""
+
+
+_Loader.yaml_implicit_resolvers = {first: list(resolvers) for first, resolvers
+                                   in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float",
+                              re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+                              list("-+0123456789"))
+
+
+def load_yaml(stream) -> Any:
+    """Parse YAML text or a file object safely (no object construction)."""
+    return yaml.load(stream, Loader=_Loader)
 
 
 def _between(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> Check:
@@ -266,6 +284,14 @@ def _cross_field_errors(cfg: Config) -> list[str]:
 
 def validate(cfg: Config) -> Config:
     """Check every field and cross-field rule; raise one UserError listing all problems."""
+    errors = validation_errors(cfg)
+    if errors:
+        raise UserError("; ".join(errors))
+    return cfg
+
+
+def validation_errors(cfg: Config) -> list[str]:
+    """Every problem with the values of ``cfg``: types, ranges, env id, cross-field rules."""
     errors = []
     for section, cls in SECTIONS.items():
         values = getattr(cfg, section)
@@ -281,9 +307,7 @@ def validate(cfg: Config) -> Config:
         env_problem = _env_id_error(cfg.env.id)
         errors += [env_problem] if env_problem else []
         errors += _cross_field_errors(cfg)
-    if errors:
-        raise UserError("; ".join(errors))
-    return cfg
+    return errors
 
 
 def from_dict(tree: dict, source: str = "config") -> Config:
@@ -312,9 +336,11 @@ def from_dict(tree: dict, source: str = "config") -> Config:
                               f"{section}: {', '.join(full)}")
         sections[section] = SECTIONS[section](**{k: v for k, v in values.items()
                                                  if k in names})
+    cfg = Config(**sections)
+    errors += validation_errors(cfg)
     if errors:
         raise UserError("; ".join(errors))
-    return validate(Config(**sections))
+    return cfg
 
 
 def parse_overrides(overrides: list[str]) -> dict:
@@ -327,7 +353,7 @@ def parse_overrides(overrides: list[str]) -> dict:
                             f"(e.g. train.lr=0.0003)")
         section, name = key.split(".", 1)
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
+            value = load_yaml(raw) if raw != "" else ""
         except yaml.YAMLError:
             value = raw
         tree.setdefault(section, {})[name] = value
@@ -352,7 +378,7 @@ def read_yaml(path: str) -> dict:
         raise UserError(f"config {path!r} is a directory, expected a YAML file")
     try:
         with open(path, encoding="utf-8") as f:
-            tree = yaml.safe_load(f)
+            tree = load_yaml(f)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -370,6 +396,11 @@ def load_config(path: str, overrides: list[str] = ()) -> Config:
         raise UserError(f"config {path!r} must be a mapping of sections "
                         f"({', '.join(SECTIONS)}), got {type(tree).__name__}")
     return from_dict(_merge(tree, parse_overrides(list(overrides))), source=path)
+
+
+def apply_overrides(cfg: Config, overrides: list[str], source: str = "config") -> Config:
+    """``cfg`` with ``KEY=VALUE`` overrides applied, validated again."""
+    return from_dict(_merge(cfg.to_dict(), parse_overrides(list(overrides))), source=source)
 
 
 def dump_yaml(cfg: Config) -> str:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dba3c.config import is_atari
+from dba3c.config import Config, is_atari
+from dba3c.models import NetSpec, make_net_spec
 
 
 @dataclass
@@ -136,3 +137,12 @@ class ScoreTracker:
     def online_score(self) -> float | None:
         """Mean real score of the last ``window`` finished games (None before the first)."""
         return float(np.mean(self.recent)) if self.recent else None
+
+
+def make_spec(cfg: Config) -> NetSpec:
+    """The network for the configured env (the simulators are opened briefly)."""
+    pool = make_env_pool(cfg.env, cfg.model, num_envs=1, batch_size=1)
+    try:
+        return make_net_spec(cfg.model, pool.obs_shape, pool.num_actions)
+    finally:
+        pool.close()

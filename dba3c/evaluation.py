@@ -18,12 +18,14 @@ from dba3c.worker import sample_actions
 
 
 def play(predict, pool: EnvPool, episodes: int, *, greedy: bool, seed: int,
-         on_frame=None, should_stop=None) -> list[float]:
+         on_frame=None, on_game=None, should_stop=None) -> list[float]:
     """Play exactly ``episodes`` games on ``pool`` (synchronous: batch = all envs).
 
     Args:
       predict: obs [B, ...] -> (pi [B, A], v [B]).
-      on_frame: optional callback(step, score so far of env 0) for video.
+      on_frame: optional callback(step, score of env 0 including this step) for video;
+        called for every step of env 0's games.
+      on_game: optional callback(number of games so far, score) when a game counts.
       should_stop: optional callback polled every 50 steps; True abandons the evaluation.
     Returns:
       the real score of each game, in the order they ended (fewer if abandoned).
@@ -41,11 +43,13 @@ def play(predict, pool: EnvPool, episodes: int, *, greedy: bool, seed: int,
         pool.send(sample_actions(pi, rng, greedy))
         step = pool.recv()
         if on_frame is not None and done[0] < quota[0]:
-            on_frame(step, tracker.score[0])
+            on_frame(step, tracker.score[0] + float(np.sum(step.r_t[step.env_ids == 0])))
         for env, score in tracker.update(step):
             if done[env] < quota[env]:
                 scores.append(score)
                 done[env] += 1
+                if on_game is not None:
+                    on_game(len(scores), score)
     return scores
 
 
@@ -57,14 +61,33 @@ def make_eval_pool(cfg, episodes: int) -> EnvPool:
                          episodic_life=False)
 
 
-def evaluate_params(cfg, spec, theta: np.ndarray, episodes: int, seed: int) -> list[float]:
+def evaluate_params(cfg, spec, theta: np.ndarray, episodes: int, seed: int,
+                    on_game=None) -> list[float]:
     """Scores of ``episodes`` games played with the parameters ``theta``."""
     learner = Learner(spec, cfg.train, theta)
     pool = make_eval_pool(cfg, episodes)
     try:
-        return play(learner.predict, pool, episodes, greedy=cfg.eval.greedy, seed=seed)
+        return play(learner.predict, pool, episodes, greedy=cfg.eval.greedy, seed=seed,
+                    on_game=on_game)
     finally:
         pool.close()
+
+
+def record_game(cfg, spec, theta: np.ndarray, seed: int) -> tuple[float, list[np.ndarray]]:
+    """Play one evaluation game; return its score and one video frame per step
+    (uint8 [H, W, 3], the running score drawn on each)."""
+    from dba3c.video import frame_image
+
+    learner = Learner(spec, cfg.train, theta)
+    pool = make_eval_pool(cfg, 1)
+    frames: list[np.ndarray] = []
+    try:
+        (score,) = play(learner.predict, pool, 1, greedy=cfg.eval.greedy, seed=seed,
+                        on_frame=lambda step, s: frames.append(
+                            frame_image(step.obs[0], s, len(frames) + 1)))
+    finally:
+        pool.close()
+    return score, frames
 
 
 class BackgroundEvaluator(threading.Thread):

@@ -30,6 +30,8 @@ import yaml
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter, NullLocator
 
+from dba3c.config import load_yaml
+
 Table = list[dict]
 
 # sweep.csv columns that are results; every other column except run_dir is a grid key
@@ -135,7 +137,7 @@ def _read_mapping(path: Path) -> dict:
     if not path.is_file():
         return {}
     try:
-        value = yaml.safe_load(path.read_text(encoding="utf-8"))
+        value = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         raise ValueError(f"{path}: cannot be parsed: {' '.join(str(e).split())}") from None
     if value is None:

@@ -16,7 +16,7 @@ from dba3c.adam import AdamState
 from dba3c.chief import Chief
 from dba3c.config import Config
 from dba3c.core import LocalParameterServer, Params
-from dba3c.envs import EnvPool, make_env_pool
+from dba3c.envs import EnvPool, make_env_pool, make_spec
 from dba3c.errors import UserError
 from dba3c.evaluation import BackgroundEvaluator
 from dba3c.learner import Learner
@@ -40,15 +40,6 @@ def make_pool_and_spec(cfg: Config) -> tuple[EnvPool, NetSpec]:
     return pool, make_net_spec(cfg.model, pool.obs_shape, pool.num_actions)
 
 
-def make_spec(cfg: Config) -> NetSpec:
-    """The network for the configured env (the simulators are opened briefly)."""
-    pool = make_env_pool(cfg.env, cfg.model, num_envs=1, batch_size=1)
-    try:
-        return make_net_spec(cfg.model, pool.obs_shape, pool.num_actions)
-    finally:
-        pool.close()
-
-
 def load_start(cfg: Config, spec: NetSpec) -> StartState:
     """Resume from the run directory's newest valid checkpoint, or initialise (seeded)."""
     ckpt = checkpoint.load_latest(Path(cfg.run.dir) / "checkpoints")
@@ -56,14 +47,8 @@ def load_start(cfg: Config, spec: NetSpec) -> StartState:
     if ckpt is None:
         return StartState(0, spec.init_params(cfg.run.seed), AdamState.zeros(layout.num_params),
                           None)
-    saved = ckpt.meta.get("layout")
-    if saved != layout.to_dict():
-        n_saved = ckpt.theta.size
-        raise UserError(
-            f"checkpoint step {ckpt.step} in {cfg.run.dir} holds a model with {n_saved} "
-            f"parameters that does not match model.kind={cfg.model.kind} "
-            f"model.hidden={cfg.model.hidden} env.id={cfg.env.id} ({layout.num_params} "
-            f"parameters); use the run's own config or a new run.dir")
+    checkpoint.check_layout(ckpt, cfg, spec.layout(), f"in {cfg.run.dir}",
+                 "use the run's own config or a new run.dir")
     return StartState(ckpt.step, ckpt.theta.copy(),
                       AdamState(ckpt.adam_m.copy(), ckpt.adam_v.copy(), ckpt.adam_count), ckpt)
 

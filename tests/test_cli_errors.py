@@ -71,6 +71,12 @@ CASES = [
     (["launch", "configs/breakout.yaml", "--workers", "2",
       "dist.replicas_to_aggregate=3"], "must be <= the number of workers (2)"),
     (["plot", "/nonexistent/run", "--out", "/tmp/x"], "/nonexistent/run"),
+    (["evaluate", "/nonexistent/ckpt"], "not found: expected a checkpoint file or a run dir"),
+    (["evaluate", "{bad_yaml}"], "is not a dba3c checkpoint"),
+    (["evaluate", "{run}", "--video", "game.avi"], "must end in .mp4 or .gif"),
+    (["evaluate", "{run}", "--episodes", "0"], "--episodes 0 must be at least 1"),
+    (["evaluate", "{run}", "eval.max_frames=0"], "eval.max_frames=0 must be"),
+    (["evaluate", "{run}", "model.hidden=64"], "does not match model.kind=a3c_ff"),
 ]
 
 
@@ -78,9 +84,9 @@ CASES = [
 def test_bad_input_is_one_line_error_exit_2(args, fragment, tmp_path, trained_run):
     bad = tmp_path / "bad.yaml"
     bad.write_text(BAD_YAML)
-    args = [a.replace("{bad_yaml}", str(bad)) for a in args]
     run = tmp_path / "existing"
     shutil.copytree(trained_run, run)
+    args = [a.replace("{bad_yaml}", str(bad)).replace("{run}", str(run)) for a in args]
     before = snapshot(run)
     if args[0] in ("train", "launch") and len(args) > 1 and "--workers" not in args[1:2]:
         args.append(f"run.dir={run}")  # point at an existing run: it must stay untouched

@@ -1,0 +1,340 @@
+"""The networks (dba3c.models): parameter counts and FLOPs worked out by hand from the layer
+shapes, seeded initialisation, and the TensorFlow forward pass against a plain NumPy one.
+
+Reference: DESIGN.md section 2 (the paper's net, exact): input 84x84 x frames; conv layers
+without bias, VALID padding, ReLU; max-pool 2x2/2:
+conv 32@5x5 -> pool -> conv 32@5x5 -> pool -> conv 64@5x5 -> pool -> conv 64@3x3 -> 5x5x64
+-> FC H (with bias) -> policy (A, bias) and value (1, bias).
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from dba3c.models import NetSpec, forward, make_net_spec
+from dba3c.params import unflatten
+
+GRAY = (4, 84, 84)  # 4 stacked grayscale frames, channels first
+RGB = (4, 84, 84, 3)
+A = 6
+
+
+def conv_out(size, k, stride=1):
+    """VALID convolution output size."""
+    return (size - k) // stride + 1
+
+
+# --------------------------------------------------------------------------- spatial sizes
+
+# ba3c on 84x84 (VALID, pools floor):
+#   conv0 5x5: 84 - 5 + 1 = 80   pool: 40
+#   conv1 5x5: 40 - 5 + 1 = 36   pool: 18
+#   conv2 5x5: 18 - 5 + 1 = 14   pool: 7
+#   conv3 3x3:  7 - 3 + 1 = 5    -> 5 x 5 x 64 = 1600 inputs to the FC layer
+BA3C_SPATIAL = [80, 36, 14, 5]
+BA3C_FC_IN = 5 * 5 * 64
+# a3c_ff on 84x84: conv 8x8/4: (84 - 8) // 4 + 1 = 20; conv 4x4/2: (20 - 4) // 2 + 1 = 9
+# -> 9 x 9 x 32 = 2592 inputs to the FC layer
+A3C_SPATIAL = [20, 9]
+A3C_FC_IN = 9 * 9 * 32
+
+
+def test_hand_spatial_sizes_are_consistent():
+    # guards the arithmetic the counts below rely on
+    s = 84
+    sizes = []
+    for k, pool in [(5, True), (5, True), (5, True), (3, False)]:
+        s = conv_out(s, k)
+        sizes.append(s)
+        s = s // 2 if pool else s
+    assert sizes == BA3C_SPATIAL
+    assert [conv_out(84, 8, 4), conv_out(20, 4, 2)] == A3C_SPATIAL
+
+
+# --------------------------------------------------------------------------- parameter counts
+
+def ba3c_params(hidden, channels, actions):
+    conv = (5 * 5 * channels * 32      # conv0, no bias
+            + 5 * 5 * 32 * 32          # conv1
+            + 5 * 5 * 32 * 64          # conv2
+            + 3 * 3 * 64 * 64)         # conv3
+    fc = BA3C_FC_IN * hidden + hidden
+    heads = (hidden * actions + actions) + (hidden * 1 + 1)
+    return conv + fc + heads
+
+
+def test_ba3c_param_count_hidden_128_by_hand():
+    # conv: 3200 + 25600 + 51200 + 36864 = 116864
+    # fc:   1600 * 128 + 128 = 204928
+    # heads: 128 * 6 + 6 = 774 ; 128 + 1 = 129
+    # total 116864 + 204928 + 774 + 129 = 322695 (DESIGN.md: 322,695)
+    assert ba3c_params(128, 4, 6) == 322695
+    assert NetSpec("ba3c", 128, GRAY, 6).layout().num_params == 322695
+
+
+def test_ba3c_param_count_hidden_256_by_hand():
+    # 116864 + (1600 * 256 + 256 = 409856) + (256 * 6 + 6 = 1542) + 257 = 528519
+    assert ba3c_params(256, 4, 6) == 528519
+    assert NetSpec("ba3c", 256, GRAY, 6).layout().num_params == 528519
+
+
+def test_ba3c_param_count_paper_16_channels():
+    # the paper fed RGB x 4 frames zero-padded to 16 channels: conv0 has 5*5*16*32 = 12800
+    # weights instead of 3200 -> 322695 + 9600 = 332295 and 528519 + 9600 = 538119 (DESIGN.md)
+    assert ba3c_params(128, 16, 6) == 332295
+    assert ba3c_params(256, 16, 6) == 538119
+    # 16 "frames" of grayscale give 16 input channels too
+    assert NetSpec("ba3c", 128, (16, 84, 84), 6).layout().num_params == 332295
+
+
+def test_ba3c_rgb_stacks_frames_times_colours_as_channels():
+    # RGB x 4 frames = 12 channels: conv0 5*5*12*32 = 9600 -> 322695 + 6400 = 329095
+    spec = NetSpec("ba3c", 128, RGB, 6)
+    assert spec.input_hwc() == (84, 84, 12)
+    assert spec.layout().shapes[0] == (5, 5, 12, 32)
+    assert spec.layout().num_params == 329095
+
+
+def test_ba3c_layout_shapes_and_no_conv_bias():
+    layout = NetSpec("ba3c", 128, GRAY, 6).layout()
+    assert layout.shapes == ((5, 5, 4, 32), (5, 5, 32, 32), (5, 5, 32, 64), (3, 3, 64, 64),
+                             (1600, 128), (128,), (128, 6), (6,), (128, 1), (1,))
+    conv_names = [n for n in layout.names if n.startswith("conv")]
+    assert len(conv_names) == 4 and all(n.endswith("kernel") for n in conv_names)
+    assert layout.names[-4:] == ("policy/kernel", "policy/bias", "value/kernel", "value/bias")
+
+
+def test_a3c_ff_param_count_by_hand():
+    # conv0 8x8x4x16 + 16 = 4112; conv1 4x4x16x32 + 32 = 8224
+    # fc 2592 * 256 + 256 = 663808; heads 256*6 + 6 = 1542, 256 + 1 = 257
+    # total 4112 + 8224 + 663808 + 1542 + 257 = 677943
+    expected = (8 * 8 * 4 * 16 + 16) + (4 * 4 * 16 * 32 + 32) + (A3C_FC_IN * 256 + 256) \
+        + (256 * 6 + 6) + (256 + 1)
+    assert expected == 677943
+    assert NetSpec("a3c_ff", 256, GRAY, 6).layout().num_params == 677943
+
+
+def test_mlp_param_count_by_hand():
+    # CartPole: 4 inputs, two tanh layers of 64, 2 actions
+    # 4*64 + 64 = 320; 64*64 + 64 = 4160; 64*2 + 2 = 130; 64 + 1 = 65 -> 4675
+    assert NetSpec("mlp", 64, (4,), 2).layout().num_params == 4675
+
+
+def test_unknown_kind_raises():
+    with pytest.raises(ValueError, match="resnet"):
+        NetSpec("resnet", 128, GRAY, 6).layout()
+
+
+def test_make_net_spec_reads_the_model_section():
+    class ModelCfg:
+        kind, hidden = "a3c_ff", 32
+
+    spec = make_net_spec(ModelCfg(), [4, 84, 84], 9)
+    assert spec == NetSpec("a3c_ff", 32, (4, 84, 84), 9)
+    assert spec.layout().shapes[-4] == (32, 9)
+
+
+# --------------------------------------------------------------------------- FLOPs
+
+# FLOPs per state = 2 x multiply-adds:
+#   conv: 2 * (k * k * c_in) * (H_out * W_out * c_out);  dense: 2 * n_in * n_out
+#   heads: 2 * hidden * (A + 1); pools, biases and activations are not counted.
+
+def test_ba3c_flops_by_hand():
+    macs = (80 * 80 * 32 * (5 * 5 * 4)       # conv0: 20,480,000
+            + 36 * 36 * 32 * (5 * 5 * 32)    # conv1: 33,177,600
+            + 14 * 14 * 64 * (5 * 5 * 32)    # conv2: 10,035,200
+            + 5 * 5 * 64 * (3 * 3 * 64)      # conv3:    921,600
+            + 1600 * 128                     # fc:       204,800
+            + 128 * 7)                       # heads:        896
+    assert 2 * macs == 129_640_192
+    spec = NetSpec("ba3c", 128, GRAY, 6)
+    assert spec.flops_per_state() == 2 * macs
+    # DESIGN.md: "about 130 MFLOP per state (conv1 66M, conv0 41M, conv2 20M)"
+    assert 125e6 < spec.flops_per_state() < 135e6
+    assert spec.flops_per_data_point() == 4 * 2 * macs
+
+
+def test_ba3c_flops_grow_with_hidden_only_through_fc_and_heads():
+    # hidden 128 -> 256 adds 2 * (1600 * 128) + 2 * (128 * 7) = 409600 + 1792 FLOPs
+    f128 = NetSpec("ba3c", 128, GRAY, 6).flops_per_state()
+    f256 = NetSpec("ba3c", 256, GRAY, 6).flops_per_state()
+    assert f256 - f128 == 409600 + 1792
+
+
+def test_a3c_ff_flops_by_hand():
+    macs = (20 * 20 * 16 * (8 * 8 * 4)       # conv0: 1,638,400
+            + 9 * 9 * 32 * (4 * 4 * 16)      # conv1:   663,552
+            + 2592 * 256                     # fc:      663,552
+            + 256 * 7)                       # heads:     1,792
+    spec = NetSpec("a3c_ff", 256, GRAY, 6)
+    assert spec.flops_per_state() == 2 * macs == 5_934_592
+    # DESIGN.md: ~20x cheaper than ba3c
+    ratio = NetSpec("ba3c", 128, GRAY, 6).flops_per_state() / spec.flops_per_state()
+    assert 15 < ratio < 30
+
+
+def test_mlp_flops_by_hand():
+    # 2 * (4*64 + 64*64 + 64*(2+1)) = 2 * (256 + 4096 + 192) = 9088
+    assert NetSpec("mlp", 64, (4,), 2).flops_per_state() == 9088
+
+
+# --------------------------------------------------------------------------- initialisation
+
+SPECS = {
+    "ba3c": NetSpec("ba3c", 16, GRAY, A),
+    "ba3c_rgb": NetSpec("ba3c", 16, RGB, A),
+    "a3c_ff": NetSpec("a3c_ff", 32, GRAY, A),
+    "mlp": NetSpec("mlp", 8, (4,), 2),
+}
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_init_params_deterministic_per_seed_and_differs_across_seeds(name):
+    spec = SPECS[name]
+    a, b, c = spec.init_params(7), spec.init_params(7), spec.init_params(8)
+    assert a.dtype == np.float32 and a.shape == (spec.layout().num_params,)
+    assert np.array_equal(a, b)
+    kernels = [i for i, n in enumerate(spec.layout().names) if n.endswith("kernel")]
+    for i in kernels:
+        ta, tc = unflatten(spec.layout(), a)[i], unflatten(spec.layout(), c)[i]
+        assert not np.array_equal(ta, tc)
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_init_params_glorot_uniform_kernels_zero_biases(name):
+    spec = SPECS[name]
+    layout = spec.layout()
+    for tname, shape, t in zip(layout.names, layout.shapes,
+                               unflatten(layout, spec.init_params(0))):
+        if tname.endswith("bias"):
+            assert np.all(t == 0), tname
+            continue
+        # Glorot: limit = sqrt(6 / (fan_in + fan_out)); conv fan = k*k*c (receptive field);
+        # the policy kernel is scaled by 0.01 (near-uniform initial policy)
+        receptive = shape[0] * shape[1] if len(shape) == 4 else 1
+        limit = np.sqrt(6.0 / (receptive * shape[-2] + receptive * shape[-1]))
+        if tname.startswith("policy"):
+            limit *= 0.01
+        assert np.abs(t).max() <= limit * (1 + 1e-6), tname
+        if t.size >= 100:  # a uniform sample fills its range
+            assert np.abs(t).max() > 0.9 * limit, tname
+            assert abs(t.mean()) < 0.1 * limit, tname
+
+
+# --------------------------------------------------------------------------- forward pass
+
+def _variables(spec, theta):
+    return [tf.constant(t) for t in unflatten(spec.layout(), theta)]
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("name", list(SPECS))
+def test_forward_output_shapes(name, batch):
+    spec = SPECS[name]
+    rng = np.random.default_rng(batch)
+    if spec.kind == "mlp":
+        obs = rng.standard_normal((batch, *spec.obs_shape)).astype(np.float32)
+    else:
+        obs = rng.integers(0, 256, (batch, *spec.obs_shape), dtype=np.uint8)
+    logits, v = forward(spec, _variables(spec, spec.init_params(0)), obs)
+    assert logits.shape == (batch, spec.num_actions)
+    assert v.shape == (batch,)
+    assert logits.dtype == tf.float32 and v.dtype == tf.float32
+    assert np.all(np.isfinite(logits.numpy())) and np.all(np.isfinite(v.numpy()))
+
+
+def test_forward_accepts_uint8_and_scales_by_1_over_255():
+    spec = SPECS["a3c_ff"]
+    variables = _variables(spec, spec.init_params(1))
+    obs = np.random.default_rng(0).integers(0, 256, (2, *GRAY), dtype=np.uint8)
+    lu, vu = forward(spec, variables, obs)
+    lf, vf = forward(spec, variables, obs.astype(np.float32))  # same pixel values
+    np.testing.assert_allclose(lu.numpy(), lf.numpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(vu.numpy(), vf.numpy(), rtol=1e-6, atol=1e-7)
+    # a black screen gives a3c_ff's zero-bias net zero activations: all outputs are 0
+    l0, v0 = forward(spec, variables, np.zeros((1, *GRAY), np.uint8))
+    assert np.all(l0.numpy() == 0) and np.all(v0.numpy() == 0)
+
+
+# ---- an independent NumPy forward pass (float64) -------------------------------------------
+
+def _np_conv_valid(x, kernel, stride):
+    """x [B, H, W, C], kernel [k, k, C, O] -> [B, Ho, Wo, O] (cross-correlation, like TF)."""
+    k = kernel.shape[0]
+    win = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(1, 2))  # [B,H',W',C,k,k]
+    win = win[:, ::stride, ::stride]
+    return np.einsum("bhwcij,ijco->bhwo", win, kernel)
+
+
+def _np_pool(x):
+    b, h, w, c = x.shape
+    h2, w2 = h // 2, w // 2
+    return x[:, :2 * h2, :2 * w2].reshape(b, h2, 2, w2, 2, c).max(axis=(2, 4))
+
+
+def _np_forward(kind, tensors, obs):
+    t = [np.asarray(x, np.float64) for x in tensors]
+    relu = lambda z: np.maximum(z, 0.0)  # noqa: E731
+    if kind == "mlp":
+        x = obs.reshape(len(obs), -1).astype(np.float64)
+        x = np.tanh(x @ t[0] + t[1])
+        x = np.tanh(x @ t[2] + t[3])
+        rest = t[4:]
+    else:
+        x = obs.astype(np.float64) / 255.0
+        if x.ndim == 5:  # frames x colours -> channel index frame * 3 + colour
+            b, s, h, w, c = x.shape
+            x = np.stack([x[:, i, :, :, j] for i in range(s) for j in range(c)], axis=-1)
+        else:  # channel i = frame i
+            x = np.stack([x[:, i] for i in range(x.shape[1])], axis=-1)
+        if kind == "ba3c":
+            x = _np_pool(relu(_np_conv_valid(x, t[0], 1)))
+            x = _np_pool(relu(_np_conv_valid(x, t[1], 1)))
+            x = _np_pool(relu(_np_conv_valid(x, t[2], 1)))
+            x = relu(_np_conv_valid(x, t[3], 1))
+            x = relu(x.reshape(len(x), -1) @ t[4] + t[5])  # HWC flatten order
+            rest = t[6:]
+        else:  # a3c_ff
+            x = relu(_np_conv_valid(x, t[0], 4) + t[1])
+            x = relu(_np_conv_valid(x, t[2], 2) + t[3])
+            x = relu(x.reshape(len(x), -1) @ t[4] + t[5])
+            rest = t[6:]
+    logits = x @ rest[0] + rest[1]
+    v = (x @ rest[2] + rest[3])[:, 0]
+    return logits, v
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_forward_matches_numpy_reference(name):
+    spec = SPECS[name]
+    layout = spec.layout()
+    theta = spec.init_params(3)
+    tensors = unflatten(layout, theta)
+    # full-scale policy kernel and non-zero biases so every term of the pass matters
+    rng = np.random.default_rng(11)
+    for tname, tensor in zip(layout.names, tensors):
+        if tname == "policy/kernel":
+            tensor *= 100.0
+        if tname.endswith("bias"):
+            tensor[...] = rng.uniform(-0.1, 0.1, tensor.shape)
+    if spec.kind == "mlp":
+        obs = rng.standard_normal((3, *spec.obs_shape)).astype(np.float32)
+    else:
+        obs = rng.integers(0, 256, (3, *spec.obs_shape), dtype=np.uint8)
+    logits, v = forward(spec, _variables(spec, theta), obs)
+    ref_logits, ref_v = _np_forward(spec.kind, tensors, obs)
+    scale = max(np.abs(ref_logits).max(), np.abs(ref_v).max())
+    assert scale > 1e-3  # the comparison is not vacuous
+    np.testing.assert_allclose(logits.numpy(), ref_logits, rtol=1e-4, atol=1e-5 * scale)
+    np.testing.assert_allclose(v.numpy(), ref_v, rtol=1e-4, atol=1e-5 * scale)
+
+
+def test_forward_depends_on_frame_order():
+    # the frames are separate channels: reversing their order changes the output
+    spec = SPECS["ba3c"]
+    variables = _variables(spec, spec.init_params(4))
+    obs = np.random.default_rng(5).integers(0, 256, (1, *GRAY), dtype=np.uint8)
+    _, v = forward(spec, variables, obs)
+    _, v_rev = forward(spec, variables, obs[:, ::-1].copy())
+    assert not np.allclose(v.numpy(), v_rev.numpy())
