@@ -53,6 +53,26 @@ def make_parser() -> argparse.ArgumentParser:
                    help="write one game as .mp4 or .gif (repeat for both)")
     p.add_argument("--seed", type=int, default=0, help="seed of the games")
 
+    p = sub.add_parser("sweep", help="a grid of runs into one sweep directory with sweep.csv")
+    _add_config_args(p)
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=v1,v2",
+                   help="a swept key and its values (repeat for a grid)")
+    p.add_argument("--launcher", choices=["local", "slurm"], default="local",
+                   help="local: one run after another; slurm: a submitit job array")
+    p.add_argument("--workers", type=int, default=None,
+                   help="gradient ranks per run unless dist.workers is swept (default 1)")
+    p.add_argument("--max-seconds", type=float, default=None, help="train.max_seconds per run")
+    p.add_argument("--dir", default=None, help="sweep directory (default runs/sweep-CONFIG)")
+    p.add_argument("--time", type=int, default=60, help="Slurm time limit per run, minutes")
+
+    p = sub.add_parser("bench", help="ceilings, end-to-end throughput, MFU, distributed "
+                       "overhead -> bench/results.json + docs/benchmarks.md")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
+    p.add_argument("--config", default="configs/breakout.yaml", help="YAML preset")
+    p.add_argument("--quick", action="store_true", help="shorter runs (under 3 minutes)")
+    p.add_argument("--out", default="bench/results.json", help="JSON results")
+    p.add_argument("--docs", default="docs/benchmarks.md", help="markdown file to append to")
+
     sub.add_parser("submit", help="submit to Slurm with submitit (see `dba3c submit --help`)")
 
     p = sub.add_parser("plot", help="learning curves and scaling figures (PNG + CSV)")
@@ -201,8 +221,38 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    """``dba3c sweep``: run the grid, write SWEEP/sweep.csv, print its path."""
+    from launch.sweep import run_sweep
+
+    if args.workers is not None and args.workers < 1:
+        raise UserError(f"--workers {args.workers} must be at least 1")
+    if args.max_seconds is not None and args.max_seconds <= 0:
+        raise UserError(f"--max-seconds {args.max_seconds:g} must be positive")
+    path = run_sweep(args.config, args.grid, args.overrides, sweep_dir=args.dir,
+                     launcher=args.launcher, workers=args.workers,
+                     max_seconds=args.max_seconds, minutes=args.time)
+    print(path)
+    return 0
+
+
+def cmd_bench(args) -> int:
+    """``dba3c bench``: measure, write the JSON, append the markdown table, print it."""
+    from pathlib import Path
+
+    from launch.bench import bench_command, markdown_table
+    from dba3c.config import load_config
+
+    load_config(args.config, args.overrides)  # refuse bad input before minutes of work
+    results = bench_command(args.config, args.overrides, args.quick, Path(args.out),
+                            Path(args.docs))
+    print(markdown_table(results, "dba3c bench"), end="")
+    return 0
+
+
 COMMANDS = {"train": cmd_train, "describe": cmd_describe, "evaluate": cmd_evaluate,
-            "launch": cmd_launch, "plot": cmd_plot}
+            "launch": cmd_launch, "plot": cmd_plot, "sweep": cmd_sweep,
+            "bench": cmd_bench}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -469,7 +469,11 @@ def run_worker(t: Transport, roles: Roles, cfg: Config, spec, link: ChiefLink | 
                 chief.on_eval(step, scores)
         return False
 
-    worker.train(client, lambda params, report: send_report(params, report, False))
+    try:
+        worker.train(client, lambda params, report: send_report(params, report, False))
+    finally:
+        if evaluator is not None:
+            evaluator.stop()
     send_report(None, worker.report({}, 0.0), True)
     client.close()
     wait_until(sender.idle)

@@ -103,6 +103,7 @@ class BackgroundEvaluator(threading.Thread):
         self.cfg, self.spec = cfg, spec
         self._inbox: queue.Queue = queue.Queue(maxsize=1)
         self._outbox: queue.Queue = queue.Queue()
+        self._stopping = threading.Event()
         self.error: BaseException | None = None
 
     def submit(self, step: int, theta: np.ndarray) -> None:
@@ -122,15 +123,34 @@ class BackgroundEvaluator(threading.Thread):
             out.append(self._outbox.get())
         return out
 
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Abandon any evaluation in progress, close the simulators and end the thread."""
+        self._stopping.set()
+        try:
+            self._inbox.get_nowait()
+        except queue.Empty:
+            pass
+        self._inbox.put(None)  # wakes the thread if it waits for a snapshot
+        self.join(timeout_s)
+
     def run(self) -> None:
+        pool = None
         try:
             learner = Learner(self.spec, self.cfg.train, self.spec.init_params(0))
             pool = make_eval_pool(self.cfg, self.cfg.eval.episodes)
-            while True:
-                step, theta = self._inbox.get()
+            while not self._stopping.is_set():
+                item = self._inbox.get()
+                if item is None:
+                    break
+                step, theta = item
                 learner.set_params(theta)
                 scores = play(learner.predict, pool, self.cfg.eval.episodes,
-                              greedy=self.cfg.eval.greedy, seed=self.cfg.run.seed + step)
-                self._outbox.put((step, scores))
+                              greedy=self.cfg.eval.greedy, seed=self.cfg.run.seed + step,
+                              should_stop=self._stopping.is_set)
+                if not self._stopping.is_set():
+                    self._outbox.put((step, scores))
         except BaseException as e:
             self.error = e
+        finally:
+            if pool is not None:
+                pool.close()

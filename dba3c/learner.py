@@ -74,10 +74,3 @@ class Learner:
         """The variables as one flat float32 vector."""
         return np.concatenate([v.numpy().ravel() for v in self.variables])
 
-
-def configure_threads(intra_op: int = 0, inter_op: int = 0) -> None:
-    """TensorFlow thread pools; 0 leaves TensorFlow's choice. Call before any op runs."""
-    if intra_op:
-        tf.config.threading.set_intra_op_parallelism_threads(intra_op)
-    if inter_op:
-        tf.config.threading.set_inter_op_parallelism_threads(inter_op)

@@ -95,5 +95,7 @@ def train_single(cfg: Config) -> dict:
         if store.shard.version > chief.start_step:
             save(store.shard.version)
     finally:
+        if evaluator is not None:
+            evaluator.stop()
         chief.close()
     return chief.summary

@@ -45,7 +45,7 @@ class Transport(Protocol):
 
 
 def wait_until(done: Callable[[], bool], idle: Callable[[], None] | None = None,
-               max_sleep_s: float = 0.002) -> None:
+               max_sleep_s: float = 0.0005) -> None:
     """Poll ``done`` until it is true, sleeping between polls (50 us doubling to
     ``max_sleep_s``) and calling ``idle`` between them (e.g. the chief's bookkeeping)."""
     sleep = 5e-5

@@ -71,6 +71,32 @@ def grid_overrides(grid: list[str]) -> list[list[str]]:
     return [list(combo) for combo in itertools.product(*axes)] if axes else [[]]
 
 
+def point_name(index: int, combo: list[str]) -> str:
+    """``003-dist.ps_2-model.hidden_64``: a sortable, readable directory name per grid point."""
+    return f"{index:03d}-" + "-".join(c.replace("=", "_").replace("/", "_") for c in combo)
+
+
+def make_executor(*, folder: str, cluster: str | None, nodes: int, tasks_per_node: int,
+                  minutes: int, signal_delay: int = 120, max_requeues: int = 3,
+                  partition: str | None = None, cpus_per_task: int | None = None):
+    """A submitit executor whose Slurm jobs form one MPI world (srun, PMI2), are signalled
+    ``signal_delay`` seconds before their time limit and may requeue ``max_requeues`` times."""
+    executor = submitit.AutoExecutor(folder=folder, cluster=cluster,
+                                     slurm_max_num_timeout=max_requeues)
+    params = dict(nodes=nodes, tasks_per_node=tasks_per_node, timeout_min=minutes,
+                  name="dba3c")
+    if executor.cluster == "slurm":
+        params.update(slurm_srun_args=["--mpi=pmi2", "--kill-on-bad-exit=1"],
+                      slurm_signal_delay_s=signal_delay,
+                      slurm_additional_parameters={"requeue": True})
+        if partition:
+            params["slurm_partition"] = partition
+        if cpus_per_task:
+            params["cpus_per_task"] = cpus_per_task
+    executor.update_parameters(**params)
+    return executor
+
+
 def make_parser() -> argparse.ArgumentParser:
     """Arguments of the submitit launcher."""
     p = argparse.ArgumentParser(prog="dba3c submit", description=__doc__.split("\n")[0])
@@ -102,26 +128,16 @@ def submit(args) -> list:
         overrides = base + combo
         cfg = load_config(args.config, overrides)
         if len(combos) > 1:
-            overrides.append(f"run.dir={cfg.run.dir}/{i:03d}-" +
-                             "-".join(c.replace("=", "_") for c in combo))
+            overrides.append(f"run.dir={cfg.run.dir}/{point_name(i, combo)}")
         make_roles(world, cfg)  # refuse impossible layouts before submitting anything
         jobs_args.append(TrainJob(args.config, overrides))
-    executor = submitit.AutoExecutor(folder=args.folder, cluster=args.cluster,
-                                     slurm_max_num_timeout=args.max_requeues)
-    params = dict(nodes=args.nodes, tasks_per_node=args.tasks_per_node,
-                  timeout_min=args.time, name="dba3c")
-    if executor.cluster == "slurm":
-        params.update(slurm_srun_args=["--mpi=pmi2", "--kill-on-bad-exit=1"],
-                      slurm_signal_delay_s=args.signal_delay,
-                      slurm_additional_parameters={"requeue": True})
-        if args.partition:
-            params["slurm_partition"] = args.partition
-        if args.cpus_per_task:
-            params["cpus_per_task"] = args.cpus_per_task
-    elif world > 1:
+    executor = make_executor(folder=args.folder, cluster=args.cluster, nodes=args.nodes,
+                             tasks_per_node=args.tasks_per_node, minutes=args.time,
+                             signal_delay=args.signal_delay, max_requeues=args.max_requeues,
+                             partition=args.partition, cpus_per_task=args.cpus_per_task)
+    if executor.cluster != "slurm" and world > 1:
         raise UserError(f"--cluster {executor.cluster} runs one process; use --nodes 1 "
                         f"--tasks-per-node 1 (asked for {world} tasks)")
-    executor.update_parameters(**params)
     with executor.batch():
         jobs = [executor.submit(job) for job in jobs_args]
     return jobs

@@ -1,0 +1,309 @@
+"""``dba3c bench [--quick]``: how close one node gets to its ceilings, and what the
+distributed machinery costs, measured on this machine in one go.
+
+Writes ``bench/results.json`` and appends a markdown table to ``docs/benchmarks.md``:
+
+1. emulator ceiling: AtariVectorEnv steps/s alone (configured envs, batch, threads);
+2. compute ceilings: prediction states/s and training samples/s of the model alone, and the
+   data points/s they allow together on the same cores;
+3. end-to-end single-process data points/s (``dba3c train CONFIG``);
+4. node efficiency = (3) / the lower of the emulator and compute data point rates;
+5. MFU = (3) x FLOPs per data point / the matmul FLOP/s measured in the same run;
+6. distributed overhead: 1 worker + 1 PS against (3), and W = 2, 4 on this host (full run);
+plus peak RSS per rank and the bytes each worker sends and receives per step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+from dba3c.config import Config, load_config
+from dba3c.distributed import HEADER
+
+
+def combined_rate(predict_states_per_s: float, train_samples_per_s: float, t_max: int) -> float:
+    """Data points/s when prediction and training share the same cores one after another.
+
+    Each data point is predicted once when acted on, plus one bootstrap state per rollout of
+    ``t_max`` steps, and trained on once:
+        1 / rate = (1 + 1/t_max) / predict_states_per_s + 1 / train_samples_per_s
+    """
+    return 1.0 / ((1.0 + 1.0 / t_max) / predict_states_per_s + 1.0 / train_samples_per_s)
+
+
+def bytes_per_step(num_params: int, num_ps: int) -> dict:
+    """Bytes one worker sends (its gradient, one shard per PS) and receives (the new
+    parameters, one shard per PS) per synchronous step, headers included."""
+    vector = 4 * (num_params + HEADER * num_ps)  # float32 slots
+    return {"sent": vector, "received": vector}
+
+
+def _timed(fn, seconds: float, warmup: int = 3) -> tuple[int, float]:
+    """Call ``fn`` ``warmup`` times, then repeatedly for about ``seconds``; (calls, time)."""
+    for _ in range(warmup):
+        fn()
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        fn()
+        calls += 1
+    return calls, time.perf_counter() - start
+
+
+def emulator_ceiling(cfg: Config, seconds: float) -> dict:
+    """AtariVectorEnv steps/s with random actions and no learner."""
+    from dba3c.envs import make_env_pool
+
+    pool = make_env_pool(cfg.env, cfg.model)
+    rng = np.random.default_rng(0)
+    step = pool.reset(seed=0)
+
+    def one():
+        nonlocal step
+        pool.send(rng.integers(pool.num_actions, size=len(step.env_ids)))
+        step = pool.recv()
+
+    states = pool.batch_size
+    calls, elapsed = _timed(one, seconds)
+    pool.close()
+    rate = calls * states / elapsed
+    return {"env_steps_per_s": rate, "frames_per_s": rate * pool.frames_per_step}
+
+
+def compute_ceilings(cfg: Config, spec, seconds: float) -> dict:
+    """Prediction states/s (batches of ``env.batch_size``) and training samples/s (batches
+    of ``train.batch_size``) of the network alone, on random data."""
+    from dba3c.learner import Learner
+
+    learner = Learner(spec, cfg.train, spec.init_params(0))
+    rng = np.random.default_rng(0)
+    dtype = np.float32 if spec.kind == "mlp" else np.uint8
+    obs_p = rng.integers(0, 255, size=(cfg.env.batch_size, *spec.obs_shape)).astype(dtype)
+    b = cfg.train.batch_size
+    obs_t = rng.integers(0, 255, size=(b, *spec.obs_shape)).astype(dtype)
+    a = rng.integers(spec.num_actions, size=b)
+    R = rng.standard_normal(b).astype(np.float32)
+    calls, elapsed = _timed(lambda: learner.predict(obs_p), seconds / 2)
+    predict_rate = calls * cfg.env.batch_size / elapsed
+    calls, elapsed = _timed(lambda: learner.gradient(obs_t, a, R), seconds / 2)
+    train_rate = calls * b / elapsed
+    return {"predict_states_per_s": predict_rate, "train_samples_per_s": train_rate,
+            "data_points_per_s": combined_rate(predict_rate, train_rate, cfg.train.t_max)}
+
+
+def matmul_peak(seconds: float, n: int = 2048) -> float:
+    """FP32 FLOP/s of TensorFlow's n x n matmul on all cores (2 n^3 per product)."""
+    import tensorflow as tf
+
+    x = tf.random.normal([n, n])
+    calls, elapsed = _timed(lambda: tf.linalg.matmul(x, x).numpy(), seconds)
+    return 2.0 * n ** 3 * calls / elapsed
+
+
+class RssSampler(threading.Thread):
+    """Peak RSS (VmHWM) of every descendant of a process that announces an MPI rank (or of
+    the process itself), sampled every ``interval`` seconds from /proc."""
+
+    def __init__(self, pid: int, interval: float = 1.0):
+        super().__init__(daemon=True)
+        self.pid, self.interval = pid, interval
+        self.peak_mb: dict[str, float] = {}
+        self._finished = threading.Event()
+
+    def run(self) -> None:
+        while not self._finished.wait(self.interval):
+            for pid in [self.pid, *_descendants(self.pid)]:
+                hwm, rank = _vm_hwm_mb(pid), _rank_of(pid)
+                if hwm is not None and (rank is not None or pid == self.pid):
+                    key = f"rank{rank}" if rank is not None else "process"
+                    self.peak_mb[key] = max(self.peak_mb.get(key, 0.0), hwm)
+
+    def stop(self) -> dict[str, float]:
+        """Stop sampling; peak RSS in MB by rank."""
+        self._finished.set()
+        self.join()
+        return dict(sorted(self.peak_mb.items()))
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _vm_hwm_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
+
+
+def _rank_of(pid: int) -> int | None:
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for item in env:
+        if item.startswith(b"PMI_RANK="):
+            return int(item.split(b"=", 1)[1])
+    return None
+
+
+def run_training(config: str, overrides: list[str], workers: int, seconds: float) -> dict:
+    """Train for ``seconds`` (one process when ``workers`` is 0, else ``dba3c launch``);
+    steady-state data points/s, time fractions, and peak RSS per rank."""
+    from dba3c.plots import read_jsonl
+    from launch.sweep import steady_throughput
+
+    with tempfile.TemporaryDirectory(prefix="dba3c-bench-") as run_dir:
+        args = [config, *overrides, f"run.dir={run_dir}", f"train.max_seconds={seconds}",
+                "train.max_steps=0", "eval.every=0", "run.progress=none", "run.log_every=10",
+                "run.checkpoint_every=0"]
+        cmd = [sys.executable, "-m", "dba3c"] + (
+            ["train", *args] if workers == 0 else ["launch", *args, "--workers", str(workers)])
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, env=env)
+        sampler = RssSampler(proc.pid)
+        sampler.start()
+        _, err = proc.communicate()
+        rss = sampler.stop()
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {err[-2000:]}")
+        metrics = read_jsonl(Path(run_dir) / "metrics.jsonl")
+    tail = metrics[len(metrics) // 2:]
+    fractions = {k: float(np.mean([m[k] for m in tail if m.get(k) is not None]))
+                 for k in ("time/compute", "time/predict", "time/wait_params",
+                           "time/wait_data") if any(m.get(k) is not None for m in tail)}
+    return {"data_points_per_s": steady_throughput(metrics), "steps": metrics[-1]["step"],
+            **fractions, "peak_rss_mb": rss}
+
+
+def run_bench(config: str, overrides: list[str], quick: bool,
+              progress=lambda text: print(text, file=sys.stderr, flush=True)) -> dict:
+    """Every measurement; the results as one JSON-able dict."""
+    from dba3c.envs import make_spec
+
+    cfg = load_config(config, overrides)
+    spec = make_spec(cfg)
+    layout = spec.layout()
+    train_s, dist_s = (40, 40) if quick else (120, 90)
+    results: dict = {"config": config, "overrides": list(overrides), "quick": quick,
+                     "date": date.today().isoformat(), "machine": machine_description(),
+                     "parameters": layout.num_params,
+                     "flops_per_data_point": spec.flops_per_data_point(),
+                     "bytes_per_step_per_worker": bytes_per_step(layout.num_params,
+                                                                 cfg.dist.ps)}
+    progress("bench 1/6: emulator ceiling")
+    results["emulator"] = emulator_ceiling(cfg, 5 if quick else 15)
+    progress("bench 2/6: compute ceilings (prediction, training)")
+    results["compute"] = compute_ceilings(cfg, spec, 10 if quick else 30)
+    progress("bench 3/6: matmul peak")
+    results["matmul_flops_per_s"] = matmul_peak(3 if quick else 10)
+    progress(f"bench 4/6: end-to-end single process, {train_s} s")
+    single = run_training(config, overrides, 0, train_s)
+    results["single"] = single
+    ceiling = min(results["emulator"]["env_steps_per_s"],
+                  results["compute"]["data_points_per_s"])
+    results["node_efficiency"] = single["data_points_per_s"] / ceiling
+    results["mfu"] = (single["data_points_per_s"] * spec.flops_per_data_point()
+                      / results["matmul_flops_per_s"])
+    progress(f"bench 5/6: 1 worker + {cfg.dist.ps} PS, {dist_s} s")
+    results["distributed"] = {"1": run_training(config, overrides, 1, dist_s)}
+    results["distributed_overhead"] = 1.0 - (
+        results["distributed"]["1"]["data_points_per_s"] / single["data_points_per_s"])
+    if not quick:
+        for workers in (2, 4):
+            progress(f"bench 6/6: {workers} workers + {cfg.dist.ps} PS, {dist_s} s")
+            results["distributed"][str(workers)] = run_training(config, overrides, workers,
+                                                                dist_s)
+    return results
+
+
+def machine_description() -> str:
+    """CPU model, logical cores and memory of this machine."""
+    model = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        mem_kb = next(int(line.split()[1]) for line in
+                      Path("/proc/meminfo").read_text().splitlines()
+                      if line.startswith("MemTotal:"))
+        memory = f", {mem_kb / 2 ** 20:.0f} GiB"
+    except (OSError, StopIteration):
+        memory = ""
+    return f"{model}, {os.cpu_count()} logical cores{memory}"
+
+
+def markdown_table(r: dict, command: str) -> str:
+    """The results as a dated markdown section for docs/benchmarks.md."""
+    single, dist = r["single"], r["distributed"]
+    rss = ", ".join(f"{k} {v:.0f}" for k, v in single["peak_rss_mb"].items())
+    dist_rss = ", ".join(f"{k} {v:.0f}" for k, v in dist["1"]["peak_rss_mb"].items())
+    lines = [
+        f"## `dba3c bench{' --quick' if r['quick'] else ''}` on {r['date']}", "",
+        f"Command: `{command}`  ", f"Machine: {r['machine']}; config `{r['config']}` "
+        f"{' '.join(r['overrides'])} ({r['parameters']:,} parameters, "
+        f"{r['flops_per_data_point'] / 1e6:.0f} MFLOP per data point)", "",
+        "| measure | value |", "|---|---|",
+        f"| 1. emulator ceiling | {r['emulator']['env_steps_per_s']:.0f} env steps/s "
+        f"({r['emulator']['frames_per_s']:.0f} frames/s) |",
+        f"| 2. compute ceiling | predict {r['compute']['predict_states_per_s']:.0f} states/s,"
+        f" train {r['compute']['train_samples_per_s']:.0f} samples/s -> "
+        f"{r['compute']['data_points_per_s']:.0f} data points/s together |",
+        f"| 3. end-to-end, one process | {single['data_points_per_s']:.0f} data points/s |",
+        f"| 4. node efficiency | {r['node_efficiency']:.2f} |",
+        f"| 5. MFU (matmul peak {r['matmul_flops_per_s'] / 1e9:.0f} GFLOP/s) | "
+        f"{r['mfu']:.2f} |",
+        f"| 6. 1 worker + 1 PS | {dist['1']['data_points_per_s']:.0f} data points/s "
+        f"(overhead {100 * r['distributed_overhead']:.0f}%) |"]
+    lines += [f"| 6. {w} workers + 1 PS, one host | {dist[w]['data_points_per_s']:.0f} data "
+              f"points/s |" for w in sorted(dist, key=int) if w != "1"]
+    b = r["bytes_per_step_per_worker"]
+    lines += [f"| peak RSS, MB | one process: {rss}; 1 worker + 1 PS: {dist_rss} |",
+              f"| bytes per step per worker | sent {b['sent']:,}, received "
+              f"{b['received']:,} |", ""]
+    return "\n".join(lines) + "\n"
+
+
+def bench_command(config: str, overrides: list[str], quick: bool, out_json: Path,
+                  docs: Path) -> dict:
+    """Run the benchmarks, write the JSON and append the markdown section."""
+    command = "dba3c bench" + (" --quick" if quick else "") + (
+        f" {config}" if config != "configs/breakout.yaml" else "") + "".join(
+        f" {o}" for o in overrides)
+    results = run_bench(config, overrides, quick)
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_json.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(results, indent=1) + "\n")
+    os.replace(tmp, out_json)
+    with open(docs, "a", encoding="utf-8") as f:
+        f.write("\n" + markdown_table(results, command))
+    return results

@@ -1,0 +1,202 @@
+"""``dba3c sweep``: a grid of runs, each in its own run directory under one sweep directory,
+summarised in ``SWEEP/sweep.csv`` (what ``dba3c plot SWEEP`` reads).
+
+    dba3c sweep configs/breakout.yaml --grid dist.ps=1,2 --grid model.hidden=64,256 \\
+        --workers 2 --max-seconds 120
+    dba3c sweep configs/breakout_64.yaml --grid dist.workers=1,2,4,8 --launcher slurm
+
+``--launcher local`` runs the points one after another as local dry runs (``dba3c launch``,
+or one process when the layout is a single rank); ``--launcher slurm`` submits one submitit job
+per point (a job array) and waits. The CSV is rewritten after every finished point, so an
+interrupted sweep keeps what it measured; rerunning it skips points whose run directory
+already has a ``summary.json`` and whose row says ``ok``.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from dba3c.config import Config, load_config
+from dba3c.errors import UserError
+from dba3c.plots import read_jsonl
+from dba3c.roles import make_roles, required_world_size
+from launch.local import launch_command
+from launch.submit import grid_overrides, point_name
+
+RESULT_COLUMNS = ("data_points_per_s", "time_to_target_s", "final_eval_mean", "status")
+
+
+def _records(path: Path) -> list[dict]:
+    """A run's JSON-lines records; none when the file is missing or unreadable."""
+    try:
+        return read_jsonl(path) if path.is_file() else []
+    except ValueError as e:
+        print(f"sweep: warning: {e}", file=sys.stderr)
+        return []
+
+
+def steady_throughput(metrics: list[dict]) -> float | None:
+    """Mean ``perf/data_points_per_s`` over the second half of a run's metrics lines (the
+    first half holds start-up and warm-up); None without any."""
+    rates = [m["perf/data_points_per_s"] for m in metrics
+             if m.get("perf/data_points_per_s") is not None]
+    tail = rates[len(rates) // 2:]
+    return sum(tail) / len(tail) if tail else None
+
+
+def point_result(run_dir: Path, returncode: int) -> dict:
+    """The sweep.csv result columns of one finished point, read from its run directory."""
+    import json
+
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    evals = _records(run_dir / "eval.jsonl")
+    ok = returncode == 0 and bool(summary)
+    return {"data_points_per_s": steady_throughput(_records(run_dir / "metrics.jsonl")),
+            "time_to_target_s": summary.get("time_to_target_s"),
+            "final_eval_mean": evals[-1]["mean"] if evals else None,
+            "status": "ok" if ok else f"failed (exit {returncode})"}
+
+
+def write_csv(path: Path, keys: list[str], rows: list[dict]) -> None:
+    """Write sweep.csv atomically (temporary file, then rename)."""
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, ["run_dir", *keys, *RESULT_COLUMNS])
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    os.replace(tmp, path)
+
+
+class Point:
+    """One grid point: its overrides, config, run directory and world size."""
+
+    def __init__(self, config: str, base: list[str], combo: list[str], sweep_dir: Path,
+                 index: int, workers: int | None):
+        self.combo = combo
+        self.name = point_name(index, combo)
+        self.run_dir = sweep_dir / self.name
+        self.overrides = [*base, *combo, f"run.dir={self.run_dir}"]
+        self.cfg: Config = load_config(config, self.overrides)
+        distributed = bool(self.cfg.dist.workers or workers)  # else one process
+        self.workers = self.cfg.dist.workers or workers or 1
+        self.world = required_world_size(self.cfg, self.workers) if distributed else 1
+        make_roles(self.world, self.cfg)  # refuse impossible layouts before anything runs
+
+    def row(self, result: dict) -> dict:
+        """The sweep.csv row: run directory (relative to the sweep), grid values, results."""
+        values = dict(c.split("=", 1) for c in self.combo)
+        return {"run_dir": self.name, **values, **result}
+
+
+def make_points(config: str, grid: list[str], overrides: list[str], sweep_dir: Path,
+                workers: int | None, max_seconds: float | None) -> list[Point]:
+    """Every grid point, validated up front: one UserError lists every bad point."""
+    if not grid:
+        raise UserError("a sweep needs at least one --grid KEY=v1,v2")
+    base = list(overrides) + ([f"train.max_seconds={max_seconds}"]
+                              if max_seconds is not None else [])
+    points, errors = [], []
+    for i, combo in enumerate(grid_overrides(grid)):
+        try:
+            points.append(Point(config, base, combo, sweep_dir, i, workers))
+        except UserError as e:
+            errors.append(f"{' '.join(combo)}: {e}")
+    if errors:
+        raise UserError("; ".join(errors))
+    return points
+
+
+def run_local(point: Point, config: str, log: Path) -> int:
+    """Run one point as a local dry run; its output goes to ``log``. Returns the exit code."""
+    if point.world == 1:
+        cmd = [sys.executable, "-m", "dba3c", "train", config, *point.overrides]
+    else:
+        cmd = launch_command(config, point.overrides, workers=point.workers, ps=None,
+                             evaluator=False)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.setdefault("MPIR_CVAR_CH4_CMA_ENABLE", "1")
+    with open(log, "w", encoding="utf-8") as out:
+        return subprocess.call(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+def run_slurm(points: list[Point], config: str, sweep_dir: Path, minutes: int) -> list[int]:
+    """Submit every point as one submitit job (an array) and wait; exit code per point."""
+    import submitit
+
+    from launch.submit import TrainJob, make_executor
+
+    codes = []
+    by_world: dict[int, list[Point]] = {}
+    for p in points:
+        by_world.setdefault(p.world, []).append(p)
+    jobs = {}
+    for world, group in by_world.items():
+        executor = make_executor(folder=str(sweep_dir / "submitit" / "%j"), cluster="slurm",
+                                 nodes=1, tasks_per_node=world, minutes=minutes)
+        with executor.batch():
+            for p in group:
+                jobs[p.name] = executor.submit(TrainJob(config, p.overrides))
+    for p in points:
+        job = jobs[p.name]
+        print(f"sweep: {p.name}: Slurm job {job.job_id}", file=sys.stderr, flush=True)
+        try:
+            job.results()
+            codes.append(0)
+        except (submitit.core.utils.UncompletedJobError, submitit.core.utils.FailedJobError) \
+                as e:
+            print(f"sweep: {p.name} failed: {str(e).splitlines()[0]}", file=sys.stderr)
+            codes.append(1)
+    return codes
+
+
+def run_sweep(config: str, grid: list[str], overrides: list[str], *, sweep_dir: str | None,
+              launcher: str, workers: int | None, max_seconds: float | None,
+              minutes: int = 60) -> Path:
+    """Run the grid and write ``sweep.csv``; returns its path."""
+    name = Path(config).stem
+    root = Path(sweep_dir or f"runs/sweep-{name}")
+    points = make_points(config, grid, overrides, root, workers, max_seconds)
+    keys = [item.partition("=")[0] for item in grid]
+    root.mkdir(parents=True, exist_ok=True)
+    csv_path = root / "sweep.csv"
+    done = {row["run_dir"]: row for row in _read_rows(csv_path) if row.get("status") == "ok"}
+    rows: dict[str, dict] = {}
+    todo = []
+    for p in points:
+        if p.name in done and (p.run_dir / "summary.json").is_file():
+            rows[p.name] = done[p.name]
+            print(f"sweep: {p.name}: done already, kept", file=sys.stderr, flush=True)
+        else:
+            todo.append(p)
+    if launcher == "slurm" and todo:
+        for p, code in zip(todo, run_slurm(todo, config, root, minutes)):
+            rows[p.name] = p.row(point_result(p.run_dir, code))
+    for i, p in enumerate(todo if launcher == "local" else []):
+        started = time.monotonic()
+        print(f"sweep {i + 1}/{len(todo)}: {' '.join(p.combo)} ({p.world} rank"
+              f"{'s' if p.world > 1 else ''}) -> {p.run_dir}", file=sys.stderr, flush=True)
+        p.run_dir.mkdir(parents=True, exist_ok=True)
+        code = run_local(p, config, p.run_dir / "sweep.log")
+        rows[p.name] = p.row(point_result(p.run_dir, code))
+        write_csv(csv_path, keys, [rows[q.name] for q in points if q.name in rows])
+        r = rows[p.name]
+        rate = (f"{r['data_points_per_s']:.0f} data points/s" if r["data_points_per_s"]
+                else f"no metrics (see {p.run_dir / 'sweep.log'})")
+        print(f"sweep {i + 1}/{len(todo)}: {r['status']} in {time.monotonic() - started:.0f} s,"
+              f" {rate}", file=sys.stderr, flush=True)
+    write_csv(csv_path, keys, [rows[p.name] for p in points])
+    return csv_path
+
+
+def _read_rows(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))

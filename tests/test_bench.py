@@ -1,0 +1,57 @@
+"""The benchmark harness's arithmetic and measurement helpers (the timings themselves are
+recorded by ``make bench``, never asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from launch.bench import RssSampler, bytes_per_step, combined_rate, markdown_table
+
+
+def test_combined_rate_adds_the_time_of_both_computations():
+    # 100 predictions/s and 50 training samples/s, t_max 5: each data point costs
+    # 1.2 / 100 s of prediction (one bootstrap state per 5) + 1 / 50 s of training = 0.032 s
+    assert combined_rate(100.0, 50.0, 5) == pytest.approx(1 / 0.032)
+    assert combined_rate(1e12, 50.0, 5) == pytest.approx(50.0)
+
+
+def test_bytes_per_step_counts_every_shard_header():
+    # 322,695 float32 parameters in 4 shards, each message with an 8-slot float32 header
+    assert bytes_per_step(322_695, 4) == {"sent": 4 * (322_695 + 32),
+                                          "received": 4 * (322_695 + 32)}
+
+
+def test_rss_sampler_sees_a_child_allocating_memory():
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import time; b = bytearray(300 * 2**20); b[::4096] = b'x' * "
+                              "len(b[::4096]); time.sleep(2.5)"])
+    sampler = RssSampler(child.pid, interval=0.2)
+    sampler.start()
+    child.wait()
+    peak = sampler.stop()
+    assert peak["process"] >= 300
+
+
+def test_markdown_table_shows_every_measure():
+    rss = {"peak_rss_mb": {"process": 700.0}}
+    results = {"quick": True, "date": "2026-11-22", "machine": "test CPU", "config": "c.yaml",
+               "overrides": [], "parameters": 1000, "flops_per_data_point": 5e8,
+               "emulator": {"env_steps_per_s": 9000.0, "frames_per_s": 36000.0},
+               "compute": {"predict_states_per_s": 1000.0, "train_samples_per_s": 500.0,
+                           "data_points_per_s": 312.5},
+               "matmul_flops_per_s": 1.8e11, "single": {"data_points_per_s": 300.0, **rss},
+               "node_efficiency": 0.96, "mfu": 0.83,
+               "distributed": {"1": {"data_points_per_s": 290.0,
+                                     "peak_rss_mb": {"rank0": 700.0, "rank1": 300.0}},
+                               "2": {"data_points_per_s": 295.0, **rss}},
+               "distributed_overhead": 1 / 30, "bytes_per_step_per_worker": bytes_per_step(
+                   1000, 1)}
+    text = markdown_table(results, "dba3c bench --quick")
+    for fragment in ["9000 env steps/s", "312 data points/s together", "| 0.96 |",
+                     "matmul peak 180 GFLOP/s) | 0.83 |", "(overhead 3%)",
+                     "2 workers + 1 PS, one host | 295", "rank0 700, rank1 300",
+                     "sent 4,032"]:
+        assert fragment in text, fragment

@@ -1,0 +1,76 @@
+"""``dba3c sweep``: a tiny real local sweep, its CSV and plots; results read from run dirs."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from conftest import dba3c, read_jsonl
+from dba3c import plots
+from launch.sweep import point_result, steady_throughput
+
+
+def test_steady_throughput_is_the_mean_of_the_second_half():
+    metrics = [{"perf/data_points_per_s": r} for r in (10.0, 20.0, 100.0, 200.0, 300.0)]
+    assert steady_throughput(metrics) == pytest.approx((100 + 200 + 300) / 3)
+    assert steady_throughput([{"perf/data_points_per_s": 7.0}]) == 7.0
+    assert steady_throughput([{"step": 1}]) is None
+
+
+def test_point_result_reads_summary_eval_and_metrics(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps({"time_to_target_s": 12.5}))
+    (tmp_path / "eval.jsonl").write_text('{"mean": 3.0}\n{"mean": 9.5}\n')
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(json.dumps({"perf/data_points_per_s": r}) + "\n" for r in (1.0, 4.0, 6.0)))
+    assert point_result(tmp_path, 0) == {"data_points_per_s": 5.0, "time_to_target_s": 12.5,
+                                         "final_eval_mean": 9.5, "status": "ok"}
+    assert point_result(tmp_path, 1)["status"] == "failed (exit 1)"
+    assert point_result(tmp_path / "missing", 0)["status"] == "failed (exit 0)"
+
+
+@pytest.mark.slow
+def test_tiny_local_sweep_writes_csv_and_plots(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = ["sweep", "configs/cartpole.yaml", "--grid", "dist.ps=1,2", "--workers", "1",
+            "--dir", sweep, "train.max_steps=12", "eval.every=6", "eval.episodes=2",
+            "run.log_every=2", "run.progress=none"]
+    proc = dba3c(*args, timeout=400)
+    assert "sweep 2/2: ok" in proc.stderr
+    with open(sweep / "sweep.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["dist.ps"] for r in rows] == ["1", "2"]
+    assert all(r["status"] == "ok" for r in rows)
+    for row in rows:
+        run = sweep / row["run_dir"]
+        # the CSV holds what the run directory says, recomputed here independently
+        evals = read_jsonl(run / "eval.jsonl")
+        assert float(row["final_eval_mean"]) == pytest.approx(evals[-1]["mean"])
+        rates = [m["perf/data_points_per_s"] for m in read_jsonl(run / "metrics.jsonl")]
+        tail = rates[len(rates) // 2:]
+        assert float(row["data_points_per_s"]) == pytest.approx(sum(tail) / len(tail))
+        assert read_jsonl(run / "metrics.jsonl")[-1]["step"] == 12
+    # plots: throughput vs parameter servers, one line through both points
+    out = tmp_path / "plots"
+    dba3c("plot", sweep, "--out", out)
+    assert (out / "throughput_vs_ps.png").stat().st_size > 0
+    figure = plots.scaling_figures(plots.load_sweep(sweep))["throughput_vs_ps"]
+    lines = figure.axes[0].get_lines()
+    assert len(lines) == 1 and list(lines[0].get_xdata()) == [1, 2]
+    # a second invocation keeps finished points instead of re-running them
+    before = (sweep / "sweep.csv").read_text()
+    again = dba3c(*args, timeout=120)
+    assert again.stderr.count("done already, kept") == 2
+    assert (sweep / "sweep.csv").read_text() == before
+
+
+def test_a_bad_grid_point_is_refused_before_anything_runs(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = dba3c("sweep", "configs/cartpole.yaml", "--grid", "train.gamma=0.9,-1",
+                 "--grid", "model.hidden=8", "--dir", sweep, check=False, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: train.gamma=-1 "), proc.stderr
+    assert "train.gamma=-1 must be" in lines[0]
+    assert not sweep.exists()
