@@ -64,7 +64,8 @@ def decode(data: bytes, source: str) -> Checkpoint:
         raise UserError(f"{source} is not a dba3c checkpoint (bad header)")
     head = len(MAGIC)
     digest, payload = data[head:head + 64], data[head + 65:]
-    if hashlib.sha256(payload).hexdigest().encode() != digest:
+    if data[head + 64:head + 65] != b"\n" or \
+            hashlib.sha256(payload).hexdigest().encode() != digest:
         raise UserError(f"{source} is corrupt or truncated (checksum mismatch)")
     try:
         with np.load(io.BytesIO(payload), allow_pickle=False) as z:
@@ -79,11 +80,15 @@ def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # e.g. a full disk: no half-written temporary file stays behind
+        tmp.unlink(missing_ok=True)
+        raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -99,6 +104,8 @@ def save(directory: Path, ckpt: Checkpoint, keep: int) -> Path:
     write_atomic(path, encode(ckpt))
     for old in list_checkpoints(directory)[keep:]:
         old.unlink(missing_ok=True)
+    for stale in directory.glob(".step-*.ckpt.tmp-*"):  # left by a process killed mid-write
+        stale.unlink(missing_ok=True)
     return path
 
 

@@ -52,6 +52,8 @@ class Chief:
         self.extra: dict = {}  # e.g. dist/* counters from parameter servers
         self._window = (time.monotonic(), 0.0, 0.0, {})  # (t, data points, frames, times)
         self.stop_reason: str | None = None
+        if cfg.train.max_steps and self.start_step >= cfg.train.max_steps:
+            self.request_stop(f"train.max_steps={cfg.train.max_steps} reached")  # nothing to do
         self.summary.setdefault("target_score", cfg.eval.target_score)
         self.summary.setdefault("time_to_target_s", None)
 

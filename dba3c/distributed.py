@@ -175,6 +175,8 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
 
     sender.send(params_message(start), roles.workers, PARAMS)
     send_info()
+    if cfg.train.max_steps and start >= cfg.train.max_steps:
+        finish()  # a finished run started again: nothing left to do
     while not (finished and len(byes) == len(roles.workers) and sender.idle()):
         busy = False
         command = None if finished else control.poll()
@@ -249,17 +251,25 @@ class RemoteParameterClient:
         wait_until(check, self.idle)
         if any(self.done):
             return None
+        return self._params()
+
+    def _params(self) -> Params:
         for (lo, hi), msg in zip(self.bounds, self.latest):
             self.theta[lo:hi] = payload(msg)
         streak = max(int(header(m)[1]) for m in self.latest)
         return Params(max(self._versions()), self.theta.copy(), streak)
 
     def pull(self) -> Params:
-        """The first complete parameters."""
-        params = self._wait(lambda v: min(v) >= 0 and len(set(v)) == 1)
-        if params is None:
+        """The first complete parameters (also when the run ends right after them: a
+        finished run started again)."""
+        def complete() -> bool:
+            v = self._versions()
+            return min(v) >= 0 and len(set(v)) == 1
+
+        wait_until(lambda: (self._drain() or complete() or all(self.done)), self.idle)
+        if not complete():
             raise RuntimeError("the run ended before this worker received parameters")
-        return params
+        return self._params()
 
     def push(self, version: int, grad: np.ndarray) -> Params | None:
         """Send one gradient slice to each PS; wait for the parameters to train on next."""
@@ -527,8 +537,10 @@ def train_distributed(cfg: Config) -> int:
             print(f"error: {e}", file=sys.stderr, flush=True)
         return 2
     if t.rank != 0:  # the chief coordinates stopping; others ignore the polite signals
+        # (mpiexec forwards SIGTERM and SIGINT to every rank, Slurm sends SIGTERM to all tasks)
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         run_rank(t, cfg, make_spec(cfg))
     except UserError as e:

@@ -17,13 +17,22 @@ from dba3c.checkpoint import write_atomic
 
 def truncate_jsonl(path: Path, max_step: int) -> None:
     """Drop lines with ``step > max_step`` (work after the checkpoint being resumed, which is
-    about to be redone), so the step sequence has no repeats. Atomic."""
+    about to be redone), so the step sequence has no repeats, and lines that do not parse (a
+    tail torn by a crash). Atomic."""
     path = Path(path)
     if not path.exists():
         return
-    kept = [line for line in path.read_text().splitlines()
-            if line.strip() and json.loads(line).get("step", 0) <= max_step]
+    kept = [line for line in path.read_text(errors="replace").splitlines()
+            if (record := _parse(line)) is not None and record.get("step", 0) <= max_step]
     write_atomic(path, "".join(line + "\n" for line in kept).encode())
+
+
+def _parse(line: str) -> dict | None:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def _clean(value):

@@ -11,6 +11,12 @@ would keep a core at 100% while waiting).
 
 from __future__ import annotations
 
+import fcntl
+import os
+import stat
+import struct
+import sys
+import termios
 import threading
 import time
 from collections import deque
@@ -77,6 +83,7 @@ class MpiTransport:
         return _MpiRequest(request)
 
     def abort(self, code: int) -> None:
+        _drain_output()
         self._comm.Abort(code)
 
     def barrier(self) -> None:
@@ -143,6 +150,26 @@ class _World:
                     del self.boxes[rank][i]
                     return data
         return None
+
+
+def _drain_output(timeout_s: float = 2.0) -> None:
+    """Flush stdout/stderr and wait (at most ``timeout_s``) until the launcher has read them
+    from their pipes: MPI_Abort kills every rank at once, and mpiexec loses output it has not
+    read yet, such as the ``error:`` line that says why."""
+    deadline = time.monotonic() + timeout_s
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+            fd = stream.fileno()
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                continue
+            while time.monotonic() < deadline:
+                unread = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+                if unread == 0:
+                    break
+                time.sleep(0.01)
+        except (OSError, ValueError):
+            continue
 
 
 class InProcessTransport:

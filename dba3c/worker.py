@@ -112,6 +112,10 @@ class Worker:
         """Train until the store ends the run (push returns None) or ``after_step`` returns
         True. Returns the last parameters received (None if the store ended the run)."""
         params = client.pull()
+        max_steps = self.cfg.train.max_steps
+        if max_steps and params.version >= max_steps:  # a finished run started again
+            self.stop()
+            return params
         self.learner.set_params(params.theta)
         if self.actor is not None:
             self.actor.version = params.version
@@ -145,6 +149,8 @@ class Worker:
         if self.actor is not None and self.actor.is_alive():
             self.actor.stopping.set()
             self.actor.join(timeout=10)
+            self.actor.pool.close()
+        elif self.actor is not None and self.actor.ident is None:  # never started
             self.actor.pool.close()
 
     def _next_batch(self, version: int) -> Batch:

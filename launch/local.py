@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -59,4 +60,17 @@ def launch_local(config: str, overrides: list[str], *, workers: int, ps: int | N
     # multi-MB parameter message needs two progress calls, not one per 64 KB cell
     # (Pong 1 worker + 1 PS: 672 -> 1058 data points/s; docs/benchmarks.md)
     env.setdefault("MPIR_CVAR_CH4_CMA_ENABLE", "1")
-    return subprocess.call(cmd, env=env)
+    # Stopping goes through this process: mpiexec runs in its own process group (a Ctrl-C
+    # reaches it once, from here) and gets SIGINT/SIGTERM, which it forwards to every rank
+    # (rank 0 checkpoints and stops the run, the others ignore them). MPICH's mpiexec dies on
+    # SIGUSR2 and SIGHUP, so those become SIGTERM.
+    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, process_group=0)
+    forward = {signal.SIGINT: signal.SIGINT, signal.SIGTERM: signal.SIGTERM,
+               signal.SIGUSR2: signal.SIGTERM, signal.SIGHUP: signal.SIGTERM}
+    before = {sig: signal.signal(sig, lambda _s, _f, sent=sent: proc.send_signal(sent))
+              for sig, sent in forward.items()}
+    try:
+        return proc.wait()
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)

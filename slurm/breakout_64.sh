@@ -65,8 +65,8 @@ echo "dba3c: job ${SLURM_JOB_ID:-?} (restart ${SLURM_RESTART_COUNT:-0}) $NTASKS 
 python3 -m launch.slurm_check "$DBA3C_CONFIG" "$NTASKS" "${OVERRIDES[@]}" || exit $?
 
 case $DBA3C_LAUNCHER in
-    srun)    launch=(srun --mpi=pmi2 --kill-on-bad-exit=1 --ntasks="$NTASKS") ;;
-    mpiexec) launch=(mpiexec -n "$NTASKS") ;;
+    srun)    launch=(srun --mpi=pmi2 --kill-on-bad-exit=1 --ntasks="$NTASKS"); stop_sig=USR2 ;;
+    mpiexec) launch=(mpiexec -n "$NTASKS"); stop_sig=TERM ;;  # MPICH's mpiexec dies on USR2
     *) echo "error: DBA3C_LAUNCHER=$DBA3C_LAUNCHER must be srun or mpiexec" >&2; exit 2 ;;
 esac
 
@@ -74,7 +74,7 @@ signalled=0
 on_usr2() {
     signalled=1
     echo "dba3c: SIGUSR2 received: checkpoint, stop and requeue"
-    kill -USR2 "$child" 2>/dev/null  # srun/mpiexec forward it to the ranks; rank 0 acts
+    kill -"$stop_sig" "$child" 2>/dev/null  # forwarded to the ranks; rank 0 acts, others ignore it
 }
 trap on_usr2 USR2
 

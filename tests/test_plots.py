@@ -45,7 +45,8 @@ def make_sweep(root, rows):
             name = f"run-{index}"
             run_dir = make_run(sweep, name, mode=row.get("dist.mode", "sync"),
                                workers=int(row.get("dist.workers", 1)))
-            writer.writerow({"run_dir": run_dir if index % 2 else name, "dist.ps": 1, "model.hidden": 128,
+            writer.writerow({"run_dir": run_dir if index % 2 else name, "dist.ps": 1,
+                             "model.hidden": 128,
                              "dist.workers": 1, "dist.mode": "sync", "final_eval_mean": 15,
                              "status": "ok", **row})
     return sweep

@@ -1,0 +1,334 @@
+"""Checkpoint files: bit-exact round trip, checksums, fallback to an older checkpoint, pruning,
+refusal of pickled content, atomic writes, and SIGKILL at arbitrary moments of a save."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+from dba3c import checkpoint
+from dba3c.checkpoint import MAGIC, Checkpoint
+from dba3c.errors import UserError
+
+
+def make_ckpt(step: int, n: int = 37, seed: int = 0) -> Checkpoint:
+    """A checkpoint with awkward float32 values (signed zeros, denormals, extremes, NaN) and
+    a nested, non-ASCII meta."""
+    rng = np.random.default_rng([seed, step])
+    theta = rng.normal(size=n).astype(np.float32)
+    theta[:6] = [-0.0, 1e-45, np.finfo(np.float32).max, -np.inf, np.nan, 1.0 + 2.0 ** -23]
+    m = rng.normal(scale=1e-3, size=n).astype(np.float32)
+    v = (rng.random(n) * 1e-6).astype(np.float32)
+    meta = {"config": {"train": {"lr": 1e-3, "max_steps": 10 ** 6}}, "seed": seed,
+            "time_s": 1234.5678, "note": "pong \u2013 \u00e9t\u00e9", "list": [1, None, True]}
+    return Checkpoint(step, theta, m, v, 2 ** 40 + step, meta)
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    """The raw float32 bit patterns (so NaN and -0.0 compare exactly)."""
+    assert a.dtype == np.float32
+    return a.view(np.uint32)
+
+
+def assert_same(got: Checkpoint, want: Checkpoint) -> None:
+    """Every field of two checkpoints is identical, arrays bit for bit."""
+    assert got.step == want.step and got.adam_count == want.adam_count
+    for name in ("theta", "adam_m", "adam_v"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.shape == b.shape
+        np.testing.assert_array_equal(bits(a), bits(b))
+    assert got.meta == want.meta
+
+
+def craft(payload: bytes) -> bytes:
+    """A file with the right magic and a correct checksum around an arbitrary payload."""
+    return MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+
+
+def npz(**arrays) -> bytes:
+    """An uncompressed .npz holding ``arrays`` (object arrays are pickled by numpy)."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def test_round_trip_is_bit_exact(tmp_path):
+    want = make_ckpt(1234567)
+    path = checkpoint.save(tmp_path, want, keep=3)
+    assert path == tmp_path / "step-0001234567.ckpt"
+    got = checkpoint.load(path)
+    assert_same(got, want)
+    assert got.theta.dtype == got.adam_m.dtype == got.adam_v.dtype == np.float32
+    assert_same(checkpoint.load_latest(tmp_path), want)
+    assert_same(checkpoint.load_path(str(tmp_path)), want)
+    # the file is exactly the documented format: magic, sha256 hex of the payload, payload
+    data = path.read_bytes()
+    head = len(MAGIC)
+    assert data[:head] == MAGIC and data[head + 64:head + 65] == b"\n"
+    assert data[head:head + 64].decode() == hashlib.sha256(data[head + 65:]).hexdigest()
+
+
+def test_every_single_flipped_byte_is_detected(tmp_path):
+    want = make_ckpt(7, n=8)
+    data = checkpoint.encode(want)
+    assert_same(checkpoint.decode(data, "ok"), want)
+    for i in range(len(data)):
+        bad = bytearray(data)
+        bad[i] ^= 0x01
+        with pytest.raises(UserError) as err:
+            checkpoint.decode(bytes(bad), f"byte{i}")
+        msg = str(err.value)
+        assert msg.startswith(f"byte{i} ")
+        if i >= len(MAGIC) + 65:  # inside the payload: the checksum catches it
+            assert "corrupt or truncated (checksum mismatch)" in msg
+
+
+def test_flipped_byte_on_disk_is_refused(tmp_path):
+    path = checkpoint.save(tmp_path, make_ckpt(3, n=10_000), keep=3)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x80
+    path.write_bytes(bytes(data))
+    with pytest.raises(UserError, match="corrupt or truncated"):
+        checkpoint.load(path)
+
+
+@pytest.mark.parametrize("keep_bytes", [0, 5, len(MAGIC), len(MAGIC) + 30, len(MAGIC) + 65,
+                                        "half", "minus1"])
+def test_truncated_file_is_refused(tmp_path, keep_bytes):
+    data = checkpoint.encode(make_ckpt(3, n=1000))
+    cut = {"half": len(data) // 2, "minus1": len(data) - 1}.get(keep_bytes, keep_bytes)
+    path = tmp_path / "step-0000000003.ckpt"
+    path.write_bytes(data[:cut])
+    with pytest.raises(UserError, match=str(path)):
+        checkpoint.load(path)
+    with pytest.raises(UserError, match="no usable checkpoint"):
+        checkpoint.load_latest(tmp_path)
+
+
+def test_load_latest_falls_back_to_the_previous_good_checkpoint_with_a_warning(
+        tmp_path, capsys):
+    for step in (10, 20, 30):
+        checkpoint.save(tmp_path, make_ckpt(step), keep=5)
+    capsys.readouterr()
+    assert checkpoint.load_latest(tmp_path).step == 30
+    assert capsys.readouterr().err == ""  # nothing to warn about
+
+    newest = tmp_path / "step-0000000030.ckpt"
+    newest.write_bytes(newest.read_bytes()[:-100])  # e.g. a disk that lost the tail
+    got = checkpoint.load_latest(tmp_path)
+    assert_same(got, make_ckpt(20))
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2, err
+    assert err[0].startswith("warning: ") and "step-0000000030.ckpt" in err[0]
+    assert "corrupt or truncated" in err[0]
+    assert "resuming from the older checkpoint step-0000000020.ckpt" in err[1]
+
+    (tmp_path / "step-0000000020.ckpt").write_bytes(b"garbage")
+    assert_same(checkpoint.load_latest(tmp_path), make_ckpt(10))
+    err = capsys.readouterr().err
+    assert err.count("warning: ") == 3 and "step-0000000010.ckpt" in err
+
+    (tmp_path / "step-0000000010.ckpt").write_bytes(b"")
+    with pytest.raises(UserError) as e:
+        checkpoint.load_latest(tmp_path)
+    for step in (10, 20, 30):  # every problem is named in the error
+        assert f"step-00000000{step}.ckpt" in str(e.value)
+
+
+def test_load_latest_of_no_checkpoint_is_none(tmp_path, capsys):
+    assert checkpoint.load_latest(tmp_path / "missing") is None
+    assert checkpoint.load_latest(tmp_path) is None
+    (tmp_path / "notes.txt").write_text("not a checkpoint name")
+    (tmp_path / ".step-0000000005.ckpt.tmp-123").write_bytes(b"half a checkpoint")
+    assert checkpoint.load_latest(tmp_path) is None  # other names are never read
+    assert capsys.readouterr().err == ""
+
+
+def test_keep_checkpoints_prunes_the_oldest_steps(tmp_path):
+    for step in (9, 10, 99, 100, 1000, 5):  # name order must follow step order
+        checkpoint.save(tmp_path, make_ckpt(step), keep=3)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    # after 1000, keep {99, 100, 1000}; then 5 is written and is itself the oldest
+    assert names == ["step-0000000099.ckpt", "step-0000000100.ckpt", "step-0000001000.ckpt"]
+    assert [checkpoint.load(tmp_path / n).step for n in names] == [99, 100, 1000]
+    checkpoint.save(tmp_path, make_ckpt(1001), keep=1)
+    assert [p.name for p in tmp_path.iterdir()] == ["step-0000001001.ckpt"]
+
+
+class Evil:
+    """Unpickling this creates the directory ``path``: proof that code ran."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (os.mkdir, (self.path,))
+
+
+def good_arrays() -> dict:
+    """The members of a valid payload."""
+    return dict(theta=np.zeros(3, np.float32), adam_m=np.zeros(3, np.float32),
+                adam_v=np.zeros(3, np.float32), counters=np.array([1, 1], np.int64),
+                meta=np.frombuffer(b"{}", np.uint8))
+
+
+@pytest.mark.parametrize("member", ["theta", "counters", "meta"])
+def test_object_array_with_valid_checksum_is_refused_without_unpickling(tmp_path, member):
+    marker = tmp_path / "code-ran"
+    arrays = good_arrays()
+    arrays[member] = np.array([Evil(marker)], dtype=object)
+    payload = npz(**arrays)
+    # the crafted payload really does run code when unpickled (so the test can fail) ...
+    with np.load(io.BytesIO(payload), allow_pickle=True) as z:
+        z[member]
+    assert marker.is_dir()
+    marker.rmdir()
+    # ... but a checkpoint load refuses it, and nothing runs
+    path = tmp_path / "step-0000000001.ckpt"
+    path.write_bytes(craft(payload))
+    with pytest.raises(UserError, match="valid checksum but unreadable content"):
+        checkpoint.load(path)
+    with pytest.raises(UserError, match="no usable checkpoint"):
+        checkpoint.load_latest(tmp_path)
+    assert not marker.exists()
+
+
+def test_plain_pickle_with_valid_checksum_is_refused_without_unpickling(tmp_path):
+    marker = tmp_path / "code-ran"
+    payload = pickle.dumps({"theta": Evil(marker)})
+    path = tmp_path / "step-0000000001.ckpt"
+    path.write_bytes(craft(payload))
+    with pytest.raises(UserError, match="unreadable content"):
+        checkpoint.load(path)
+    assert not marker.exists()
+    pickle.loads(payload)  # control: this payload runs code when unpickled
+    assert marker.is_dir()
+
+
+def test_valid_checksum_with_missing_member_is_a_user_error(tmp_path):
+    arrays = good_arrays()
+    del arrays["adam_v"]
+    with pytest.raises(UserError, match="unreadable content"):
+        checkpoint.decode(craft(npz(**arrays)), "x")
+    arrays = good_arrays()
+    arrays["meta"] = np.frombuffer(b"{not json", np.uint8)
+    with pytest.raises(UserError, match="unreadable content"):
+        checkpoint.decode(craft(npz(**arrays)), "x")
+
+
+def test_write_atomic_leaves_only_the_target(tmp_path):
+    target = tmp_path / "summary.json"
+    checkpoint.write_atomic(target, b"first")
+    checkpoint.write_atomic(target, b"second")
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+    assert target.read_bytes() == b"second"
+    checkpoint.save(tmp_path / "ck", make_ckpt(1), keep=2)
+    checkpoint.save(tmp_path / "ck", make_ckpt(1), keep=2)  # overwrite the same step
+    assert [p.name for p in (tmp_path / "ck").iterdir()] == ["step-0000000001.ckpt"]
+
+
+def test_failed_write_keeps_the_old_file_and_leaves_no_temp_file(tmp_path, monkeypatch):
+    target = tmp_path / "step-0000000001.ckpt"
+    checkpoint.write_atomic(target, b"old")
+
+    def full_disk(_fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        checkpoint.write_atomic(target, b"new")
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
+    assert target.read_bytes() == b"old"
+
+
+# ---- SIGKILL at arbitrary moments of a save -----------------------------------------------
+SAVER = r"""
+import sys
+import numpy as np
+from dba3c import checkpoint
+
+directory, n = sys.argv[1], int(sys.argv[2])
+latest = checkpoint.load_latest(directory)
+step = latest.step if latest else 0
+print("ready", step, flush=True)
+while True:
+    step += 1
+    theta = np.full(n, step, np.float32)
+    ckpt = checkpoint.Checkpoint(step, theta, -theta, 2 * theta, step, {"step": step})
+    checkpoint.save(directory, ckpt, keep=2)
+    print("saved", step, flush=True)
+"""
+
+
+def check_consistent(ckpt: Checkpoint, n: int) -> None:
+    """A checkpoint written by SAVER: every field derives from its step."""
+    s = ckpt.step
+    assert ckpt.theta.shape == ckpt.adam_m.shape == ckpt.adam_v.shape == (n,)
+    assert (ckpt.theta == s).all() and (ckpt.adam_m == -s).all() and (ckpt.adam_v == 2 * s).all()
+    assert ckpt.adam_count == s and ckpt.meta == {"step": s}
+
+
+@pytest.mark.slow
+def test_sigkill_at_any_moment_of_saving_leaves_a_loadable_checkpoint(tmp_path, capsys):
+    """SIGKILL a process that saves 2M-float checkpoints in a loop, 16 times, 0 to 1 s after
+    it started, every other time just as a temporary file is being written (each restart
+    resumes from the newest checkpoint, like a preempted run). After every kill the newest
+    valid checkpoint is complete and no older than the last save reported finished, and no
+    corrupt file is ever visible."""
+    n = 2_000_000
+    directory = tmp_path / "ck"
+    rng = random.Random(1234)
+    saved_total, killed_mid_write = 0, 0
+    for i in range(16):
+        child = subprocess.Popen([sys.executable, "-c", SAVER, str(directory), str(n)],
+                                 cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        try:
+            first = child.stdout.readline().split()
+            assert first[0] == "ready"
+            time.sleep((i + rng.random()) / 16)  # 0 to 1 s: several saves, killed anywhere
+            if i % 2:  # every other time, at the next moment a temporary file is being written
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline and not any(
+                        p.name.endswith(f".tmp-{child.pid}") for p in directory.glob(".*")):
+                    time.sleep(0.001)
+        finally:
+            os.kill(child.pid, signal.SIGKILL)
+            rest = child.stdout.read()
+            child.wait()
+        assert child.returncode == -signal.SIGKILL
+        done = [int(w.split()[1]) for w in rest.splitlines() if w.startswith("saved")]
+        saved_total += len(done)
+        if directory.exists():  # this child's temporary file: killed inside a write
+            killed_mid_write += any(p.name.endswith(f".tmp-{child.pid}")
+                                    for p in directory.iterdir())
+        ckpt = checkpoint.load_latest(directory)
+        assert capsys.readouterr().err == "", "a corrupt checkpoint was visible"
+        if ckpt is None:
+            assert not done and int(first[1]) == 0
+            continue
+        check_consistent(ckpt, n)
+        reported = done[-1] if done else int(first[1])
+        # the newest is the last reported save, or one more whose rename beat the print
+        assert reported <= ckpt.step <= reported + 1
+        steps = sorted(int(p.name[5:15]) for p in directory.iterdir() if p.name[0] != ".")
+        assert len(steps) <= 3 and steps[-1] == ckpt.step  # 3: killed before pruning
+    assert saved_total >= 3
+    assert killed_mid_write >= 3, "too few kills landed inside a write: the test proved little"
+    # the next successful save clears the temporary files the kills left behind
+    latest = checkpoint.load_latest(directory)
+    checkpoint.save(directory, checkpoint.Checkpoint(
+        latest.step + 1, np.zeros(3, np.float32), np.zeros(3, np.float32),
+        np.zeros(3, np.float32), 0, {}), keep=2)
+    assert not [p.name for p in directory.iterdir() if p.name.startswith(".")]
