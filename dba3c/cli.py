@@ -72,6 +72,10 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="shorter runs (under 3 minutes)")
     p.add_argument("--out", default="bench/results.json", help="JSON results")
     p.add_argument("--docs", default="docs/benchmarks.md", help="markdown file to append to")
+    p.add_argument("--long", type=float, default=None, metavar="SECONDS",
+                   help="instead: one long 1 worker + 1 PS run (evaluations on) measuring "
+                   "peak RSS per rank over time and run-directory growth")
+    p.add_argument("--run-dir", default="runs/bench-long", help="run directory of --long")
 
     sub.add_parser("submit", help="submit to Slurm with submitit (see `dba3c submit --help`)")
 
@@ -244,9 +248,37 @@ def cmd_bench(args) -> int:
     from dba3c.config import load_config
 
     load_config(args.config, args.overrides)  # refuse bad input before minutes of work
+    if args.long is not None:
+        return _bench_long(args)
     results = bench_command(args.config, args.overrides, args.quick, Path(args.out),
                             Path(args.docs))
     print(markdown_table(results, "dba3c bench"), end="")
+    return 0
+
+
+def _bench_long(args) -> int:
+    import json
+    from pathlib import Path
+
+    from launch.bench import long_run, long_table
+
+    run_dir = Path(args.run_dir)
+    if args.long <= 0:
+        raise UserError(f"--long {args.long:g} must be a positive number of seconds")
+    if run_dir.exists():
+        raise UserError(f"--run-dir {run_dir} exists; a long run needs a fresh directory "
+                        f"(it would resume instead)")
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    result = long_run(args.config, args.overrides, args.long, run_dir)
+    out = Path(args.out).with_name("long.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    command = f"dba3c bench --long {args.long:g} --run-dir {run_dir}" + "".join(
+        f" {o}" for o in args.overrides)
+    table = long_table(result, command)
+    with open(args.docs, "a", encoding="utf-8") as f:
+        f.write("\n" + table)
+    print(table, end="")
     return 0
 
 

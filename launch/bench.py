@@ -118,15 +118,18 @@ class RssSampler(threading.Thread):
         super().__init__(daemon=True)
         self.pid, self.interval = pid, interval
         self.peak_mb: dict[str, float] = {}
+        self.series: list[tuple[float, dict[str, float]]] = []  # (seconds, peak so far)
         self._finished = threading.Event()
 
     def run(self) -> None:
+        start = time.monotonic()
         while not self._finished.wait(self.interval):
             for pid in [self.pid, *_descendants(self.pid)]:
                 hwm, rank = _vm_hwm_mb(pid), _rank_of(pid)
                 if hwm is not None and (rank is not None or pid == self.pid):
                     key = f"rank{rank}" if rank is not None else "process"
                     self.peak_mb[key] = max(self.peak_mb.get(key, 0.0), hwm)
+            self.series.append((time.monotonic() - start, dict(self.peak_mb)))
 
     def stop(self) -> dict[str, float]:
         """Stop sampling; peak RSS in MB by rank."""
@@ -202,6 +205,87 @@ def run_training(config: str, overrides: list[str], workers: int, seconds: float
                            "time/wait_data") if any(m.get(k) is not None for m in tail)}
     return {"data_points_per_s": steady_throughput(metrics), "steps": metrics[-1]["step"],
             **fractions, "peak_rss_mb": rss}
+
+
+def _last_step(run_dir: Path) -> int:
+    """The step of the last complete line of ``metrics.jsonl`` (0 before the first)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    with open(path, "rb") as f:
+        f.seek(max(0, path.stat().st_size - 8192))
+        for line in reversed(f.read().splitlines()):
+            try:
+                return int(json.loads(line)["step"])
+            except (ValueError, KeyError):
+                continue
+    return 0
+
+
+def _dir_bytes(run_dir: Path) -> dict[str, int]:
+    """Bytes of a run directory: ``checkpoints`` (bounded by run.keep_checkpoints) and
+    ``logs`` (everything else: metrics, evaluations, TensorBoard events)."""
+    sizes = {"checkpoints": 0, "logs": 0}
+    for p in run_dir.rglob("*"):
+        if p.is_file():
+            sizes["checkpoints" if "checkpoints" in p.parts else "logs"] += p.stat().st_size
+    return sizes
+
+
+def growth_rate(samples: list[tuple[int, int]]) -> float:
+    """Least-squares slope of (step, bytes) samples, in bytes per 1000 steps."""
+    steps = np.array([s for s, _ in samples], np.float64)
+    sizes = np.array([b for _, b in samples], np.float64)
+    return float(np.polyfit(steps, sizes, 1)[0] * 1000) if len(samples) > 1 else 0.0
+
+
+def long_run(config: str, overrides: list[str], seconds: float, run_dir: Path, *,
+             workers: int = 1, warmup_s: float = 300.0, interval_s: float = 10.0) -> dict:
+    """A long ``dba3c launch`` run kept in ``run_dir`` (evaluations included): peak RSS per
+    rank after ``warmup_s`` and at the end, and how the run directory grows per 1000 steps."""
+    cmd = [sys.executable, "-m", "dba3c", "launch", config, *overrides, f"run.dir={run_dir}",
+           f"train.max_seconds={seconds}", "train.max_steps=0", "run.progress=none",
+           "--workers", str(workers)]
+    log = open(run_dir.parent / f"{run_dir.name}.log", "w", encoding="utf-8")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    sampler = RssSampler(proc.pid, interval_s)
+    sampler.start()
+    start, disk = time.monotonic(), []
+    while proc.poll() is None:
+        time.sleep(interval_s)
+        if run_dir.is_dir():
+            disk.append((time.monotonic() - start, _last_step(run_dir), _dir_bytes(run_dir)))
+    sampler.stop()
+    log.close()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}; see {log.name}")
+    warm = next((peak for t, peak in sampler.series if t >= warmup_s), sampler.series[-1][1])
+    final = sampler.series[-1][1]
+    after = [(step, b["logs"]) for t, step, b in disk if t >= warmup_s]
+    return {"seconds": seconds, "workers": workers, "warmup_s": warmup_s,
+            "final_step": _last_step(run_dir), "peak_rss_mb_after_warmup": warm,
+            "peak_rss_mb_final": final,
+            "rss_growth": {k: final[k] / warm[k] - 1.0 for k in final if k in warm},
+            "checkpoint_bytes": disk[-1][2]["checkpoints"] if disk else 0,
+            "log_bytes_per_1000_steps": growth_rate(after)}
+
+
+def long_table(r: dict, command: str) -> str:
+    """A long run's memory and disk figures as a dated markdown section."""
+    rows = [f"| {k} | {r['peak_rss_mb_after_warmup'][k]:.0f} | {v:.0f} | "
+            f"{100 * r['rss_growth'][k]:+.1f}% |"
+            for k, v in r["peak_rss_mb_final"].items() if k in r["rss_growth"]]
+    return "\n".join([
+        f"## Long run: memory and disk ({date.today().isoformat()})", "",
+        f"Command: `{command}` ({r['workers']} worker + PS ranks, {r['final_step']:,} steps "
+        f"in {r['seconds']:.0f} s)", "",
+        f"| rank | peak RSS after {r['warmup_s']:.0f} s warm-up, MB | peak RSS at the end, MB"
+        f" | growth |", "|---|---|---|---|", *rows, "",
+        f"Run directory: checkpoints hold {r['checkpoint_bytes'] / 2**20:.1f} MiB at the end "
+        f"(bounded by `run.keep_checkpoints`); everything else (metrics, evaluations, "
+        f"TensorBoard) grows by {r['log_bytes_per_1000_steps'] / 1024:.0f} KiB per 1000 "
+        f"steps.", ""]) + "\n"
 
 
 def run_bench(config: str, overrides: list[str], quick: bool,

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from launch.bench import RssSampler, bytes_per_step, combined_rate, markdown_table
+from launch.bench import (RssSampler, bytes_per_step, combined_rate, growth_rate,
+                          markdown_table)
 
 
 def test_combined_rate_adds_the_time_of_both_computations():
@@ -55,3 +56,9 @@ def test_markdown_table_shows_every_measure():
                      "2 workers + 1 PS, one host | 295", "rank0 700, rank1 300",
                      "sent 4,032"]:
         assert fragment in text, fragment
+
+
+def test_growth_rate_is_the_least_squares_slope_per_1000_steps():
+    # 500 bytes per step exactly, plus a constant: 500,000 bytes per 1000 steps
+    assert growth_rate([(1000, 7000), (2000, 507000), (4000, 1507000)]) == pytest.approx(5e5)
+    assert growth_rate([(10, 5)]) == 0.0
