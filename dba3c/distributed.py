@@ -39,7 +39,7 @@ from dba3c.config import Config
 from dba3c.core import Params, ShardServer
 from dba3c.errors import TrainingError, UserError
 from dba3c.params import shard_bounds
-from dba3c.roles import Roles, make_roles
+from dba3c.roles import Roles, check_num_shards, make_roles
 from dba3c.transport import ANY_SOURCE, Transport, wait_until
 
 GRAD, PARAMS, SNAPSHOT, STATE, PSINFO, STATS, CONTROL, EVAL = range(1, 9)
@@ -532,6 +532,9 @@ def train_distributed(cfg: Config) -> int:
     t = MpiTransport()
     try:
         make_roles(t.size, cfg)
+        spec = make_spec(cfg)
+        if t.size > 1:
+            check_num_shards(cfg.dist.ps, spec.layout().num_params)
     except UserError as e:  # every rank finds the same problem; one reports it
         if t.rank == 0:
             print(f"error: {e}", file=sys.stderr, flush=True)
@@ -542,7 +545,7 @@ def train_distributed(cfg: Config) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        run_rank(t, cfg, make_spec(cfg))
+        run_rank(t, cfg, spec)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         t.abort(2)

@@ -14,7 +14,7 @@ import pytest
 from dba3c.config import (Config, all_keys, describe_keys, dump_yaml, from_dict, load_config,
                           parse_overrides, validate)
 from dba3c.errors import UserError
-from dba3c.roles import make_roles, required_world_size
+from dba3c.roles import check_num_shards, make_roles, required_world_size
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -283,6 +283,12 @@ def test_roles_partition_every_rank(ps, chief_trains, eval_rank, num_workers):
     assert names.count("worker") + (1 if chief_trains else 0) == num_workers
     # with at least one non-chief worker the last rank is a worker
     assert names[-1] == "worker"
+
+
+def test_every_parameter_server_needs_a_non_empty_shard():
+    check_num_shards(7, 7)  # one parameter each: allowed
+    with pytest.raises(UserError, match="dist.ps=8 must be <= the model's 7 parameters"):
+        check_num_shards(8, 7)
 
 
 def test_roles_async_aggregates_one_gradient():
