@@ -74,7 +74,9 @@ class Sender:
         self._pending: list[tuple] = []
 
     def send(self, buf: np.ndarray, dests, tag: int) -> None:
-        """Send ``buf`` (not to be modified afterwards) to every rank in ``dests``."""
+        """Send ``buf`` (not to be modified afterwards) to every rank in ``dests``; buffers
+        of sends completed by now are released (a worker sends a gradient every step)."""
+        self.idle()
         for dest in dests:
             self._pending.append((self.t.isend(buf, dest, tag), buf))
 

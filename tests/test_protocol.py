@@ -7,15 +7,18 @@ then the parameter servers, then the workers. Expected parameters are recomputed
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
 
 from dba3c.adam import AdamState, adam_update
 from dba3c.config import from_dict
-from dba3c.distributed import STATS, ChiefLink, RemoteParameterClient, report_vector, run_ps
+from dba3c.distributed import (GRAD, STATS, ChiefLink, RemoteParameterClient, Sender,
+                               report_vector, run_ps)
 from dba3c.roles import make_roles
 from dba3c.transport import InProcessTransport, wait_until
 
@@ -160,3 +163,43 @@ def test_async_applies_every_gradient_and_records_staleness():
     assert chief.step == 9  # one version per applied gradient
     assert "dist/staleness_mean" in chief.extra and chief.extra["dist/staleness_max"] >= 1
     assert sum(len(seq) - 1 for seq in received.values()) >= 6  # replies to pushes
+
+
+class ManualSends:
+    """A transport whose sends complete only when the test says so."""
+
+    def __init__(self):
+        self.completed = 0  # sends 0 .. completed-1 have completed
+        self.count = 0
+
+    def isend(self, buf, dest, tag):
+        index, self.count = self.count, self.count + 1
+        transport = self
+
+        class Request:
+            def test(self) -> bool:
+                return index < transport.completed
+        return Request()
+
+
+def test_sender_keeps_buffers_in_flight_and_releases_completed_ones():
+    # a worker sends a gradient shard every step (1.3 MB for the paper network): the
+    # buffers of completed sends must be freed, or memory grows by that much per step
+    transport = ManualSends()
+    sender, refs = Sender(transport), []
+    for step in range(50):
+        buf = np.full(1000, step, np.float32)
+        refs.append(weakref.ref(buf))
+        sender.send(buf, [1], GRAD)
+        del buf
+        if step < 40:
+            transport.completed = step + 1  # sends up to this step have completed
+    gc.collect()
+    alive = [i for i, r in enumerate(refs) if r() is not None]
+    # sends 40..49 have not completed: MPI may still read them, so they stay alive; every
+    # completed one was released by the next send
+    assert alive == list(range(40, 50))
+    transport.completed = 50
+    assert sender.idle()
+    gc.collect()
+    assert all(r() is None for r in refs)
