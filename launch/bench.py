@@ -263,7 +263,8 @@ def long_run(config: str, overrides: list[str], seconds: float, run_dir: Path, *
     warm = next((peak for t, peak in sampler.series if t >= warmup_s), sampler.series[-1][1])
     final = sampler.series[-1][1]
     after = [(step, b["logs"]) for t, step, b in disk if t >= warmup_s]
-    return {"seconds": seconds, "workers": workers, "warmup_s": warmup_s,
+    return {"seconds": seconds, "workers": workers,
+            "ps": load_config(config, overrides).dist.ps, "warmup_s": warmup_s,
             "final_step": _last_step(run_dir), "peak_rss_mb_after_warmup": warm,
             "peak_rss_mb_final": final,
             "rss_growth": {k: final[k] / warm[k] - 1.0 for k in final if k in warm},
@@ -278,7 +279,7 @@ def long_table(r: dict, command: str) -> str:
             for k, v in r["peak_rss_mb_final"].items() if k in r["rss_growth"]]
     return "\n".join([
         f"## Long run: memory and disk ({date.today().isoformat()})", "",
-        f"Command: `{command}` ({r['workers']} worker + PS ranks, {r['final_step']:,} steps "
+        f"Command: `{command}` ({r['workers']} worker + {r['ps']} PS, {r['final_step']:,} steps "
         f"in {r['seconds']:.0f} s)", "",
         f"| rank | peak RSS after {r['warmup_s']:.0f} s warm-up, MB | peak RSS at the end, MB"
         f" | growth |", "|---|---|---|---|", *rows, "",

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from launch.bench import (RssSampler, bytes_per_step, combined_rate, growth_rate,
-                          markdown_table)
+                          long_table, markdown_table)
 
 
 def test_combined_rate_adds_the_time_of_both_computations():
@@ -62,3 +62,16 @@ def test_growth_rate_is_the_least_squares_slope_per_1000_steps():
     # 500 bytes per step exactly, plus a constant: 500,000 bytes per 1000 steps
     assert growth_rate([(1000, 7000), (2000, 507000), (4000, 1507000)]) == pytest.approx(5e5)
     assert growth_rate([(10, 5)]) == 0.0
+
+
+def test_long_table_reports_growth_per_rank_and_disk_rate():
+    result = {"seconds": 1800, "workers": 1, "ps": 1, "warmup_s": 300, "final_step": 22600,
+              "peak_rss_mb_after_warmup": {"rank0": 800.0, "rank1": 500.0},
+              "peak_rss_mb_final": {"rank0": 880.0, "rank1": 500.0},
+              "rss_growth": {"rank0": 0.1, "rank1": 0.0},
+              "checkpoint_bytes": 3 * 2**20, "log_bytes_per_1000_steps": 200 * 1024}
+    text = long_table(result, "dba3c bench --long 1800")
+    for fragment in ["`dba3c bench --long 1800` (1 worker + 1 PS, 22,600 steps in 1800 s)",
+                     "| rank0 | 800 | 880 | +10.0% |", "| rank1 | 500 | 500 | +0.0% |",
+                     "checkpoints hold 3.0 MiB", "grows by 200 KiB per 1000 steps"]:
+        assert fragment in text, fragment
