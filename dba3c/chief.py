@@ -52,8 +52,7 @@ class Chief:
         self.extra: dict = {}  # e.g. dist/* counters from parameter servers
         self._window = (time.monotonic(), 0.0, 0.0, {})  # (t, data points, frames, times)
         self.stop_reason: str | None = None
-        if cfg.train.max_steps and self.start_step >= cfg.train.max_steps:
-            self.request_stop(f"train.max_steps={cfg.train.max_steps} reached")  # nothing to do
+        self._stop_at_max_steps(self.start_step)  # a finished run started again: nothing to do
         self.summary.setdefault("target_score", cfg.eval.target_score)
         self.summary.setdefault("time_to_target_s", None)
 
@@ -84,10 +83,13 @@ class Chief:
         max_s = self.cfg.train.max_seconds
         if max_s and self.elapsed() >= max_s:
             self.request_stop(f"train.max_seconds={max_s:g} reached")
-        if self.cfg.train.max_steps and step >= self.cfg.train.max_steps:
-            self.request_stop(f"train.max_steps={self.cfg.train.max_steps} reached")
+        self._stop_at_max_steps(step)
         if step % self.cfg.run.log_every == 0 or self.stop_reason:
             self._log(step)
+
+    def _stop_at_max_steps(self, step: int) -> None:
+        if self.cfg.train.reached_max_steps(step):
+            self.request_stop(f"train.max_steps={self.cfg.train.max_steps} reached")
 
     def checkpoint_due(self, step: int) -> bool:
         """Whether the state at ``step`` should be written."""

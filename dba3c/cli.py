@@ -245,40 +245,22 @@ def cmd_bench(args) -> int:
     """``dba3c bench``: measure, write the JSON, append the markdown table, print it."""
     from pathlib import Path
 
-    from launch.bench import bench_command, markdown_table
     from dba3c.config import load_config
+    from launch.bench import bench_command, long_command
 
     load_config(args.config, args.overrides)  # refuse bad input before minutes of work
-    if args.long is not None:
-        return _bench_long(args)
-    results = bench_command(args.config, args.overrides, args.quick, Path(args.out),
-                            Path(args.docs))
-    print(markdown_table(results, "dba3c bench"), end="")
-    return 0
-
-
-def _bench_long(args) -> int:
-    import json
-    from pathlib import Path
-
-    from launch.bench import long_run, long_table
-
-    run_dir = Path(args.run_dir)
-    if args.long <= 0:
-        raise UserError(f"--long {args.long:g} must be a positive number of seconds")
-    if run_dir.exists():
-        raise UserError(f"--run-dir {run_dir} exists; a long run needs a fresh directory "
-                        f"(it would resume instead)")
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    result = long_run(args.config, args.overrides, args.long, run_dir)
-    out = Path(args.out).with_name("long.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    command = f"dba3c bench --long {args.long:g} --run-dir {run_dir}" + "".join(
-        f" {o}" for o in args.overrides)
-    table = long_table(result, command)
-    with open(args.docs, "a", encoding="utf-8") as f:
-        f.write("\n" + table)
+    if args.long is None:
+        table = bench_command(args.config, args.overrides, args.quick, Path(args.out),
+                              Path(args.docs))
+    else:
+        run_dir = Path(args.run_dir)
+        if args.long <= 0:
+            raise UserError(f"--long {args.long:g} must be a positive number of seconds")
+        if run_dir.exists():
+            raise UserError(f"--run-dir {run_dir} exists; a long run needs a fresh directory "
+                            f"(it would resume instead)")
+        table = long_command(args.config, args.overrides, args.long, run_dir,
+                             Path(args.out).with_name("long.json"), Path(args.docs))
     print(table, end="")
     return 0
 

@@ -110,6 +110,10 @@ class TrainConfig:
     queue_size: int = _opt(2, POSITIVE, "mini-batches buffered between actor and trainer")
     max_nonfinite: int = _opt(20, POSITIVE, "consecutive non-finite updates before giving up")
 
+    def reached_max_steps(self, step: int) -> bool:
+        """Whether global step ``step`` is at or past ``max_steps`` (never when it is 0)."""
+        return bool(self.max_steps) and step >= self.max_steps
+
 
 @dataclass(frozen=True)
 class AdamConfig:

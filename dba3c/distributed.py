@@ -171,13 +171,12 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
             send_state(final=False)
         if roles.evaluator is not None and cfg.eval.every and v % cfg.eval.every == 0:
             sender.send(params_message(v), [roles.evaluator], SNAPSHOT)
-        if (stop_at is not None and v >= stop_at) or (
-                cfg.train.max_steps and v >= cfg.train.max_steps):
+        if (stop_at is not None and v >= stop_at) or cfg.train.reached_max_steps(v):
             finish()
 
     sender.send(params_message(start), roles.workers, PARAMS)
     send_info()
-    if cfg.train.max_steps and start >= cfg.train.max_steps:
+    if cfg.train.reached_max_steps(start):
         finish()  # a finished run started again: nothing left to do
     while not (finished and len(byes) == len(roles.workers) and sender.idle()):
         busy = False

@@ -112,8 +112,7 @@ class Worker:
         """Train until the store ends the run (push returns None) or ``after_step`` returns
         True. Returns the last parameters received (None if the store ended the run)."""
         params = client.pull()
-        max_steps = self.cfg.train.max_steps
-        if max_steps and params.version >= max_steps:  # a finished run started again
+        if self.cfg.train.reached_max_steps(params.version):  # a finished run started again
             self.stop()
             return params
         self.learner.set_params(params.theta)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dba3c.checkpoint import write_atomic
 from dba3c.config import Config, load_config
 from dba3c.distributed import HEADER
 
@@ -378,17 +379,38 @@ def markdown_table(r: dict, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def bench_command(config: str, overrides: list[str], quick: bool, out_json: Path,
-                  docs: Path) -> dict:
-    """Run the benchmarks, write the JSON and append the markdown section."""
-    command = "dba3c bench" + (" --quick" if quick else "") + (
-        f" {config}" if config != "configs/breakout.yaml" else "") + "".join(
-        f" {o}" for o in overrides)
-    results = run_bench(config, overrides, quick)
+def _command_line(options: str, config: str, overrides: list[str]) -> str:
+    """The ``dba3c bench`` command that reproduces a measurement, for the docs."""
+    return ("dba3c bench" + options
+            + (f" --config {config}" if config != "configs/breakout.yaml" else "")
+            + "".join(f" {o}" for o in overrides))
+
+
+def _record(results: dict, table: str, out_json: Path, docs: Path) -> None:
+    """Write ``results`` to ``out_json`` atomically and append ``table`` to ``docs``."""
     out_json.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_json.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(results, indent=1) + "\n")
-    os.replace(tmp, out_json)
+    write_atomic(out_json, (json.dumps(results, indent=1) + "\n").encode())
     with open(docs, "a", encoding="utf-8") as f:
-        f.write("\n" + markdown_table(results, command))
-    return results
+        f.write("\n" + table)
+
+
+def bench_command(config: str, overrides: list[str], quick: bool, out_json: Path,
+                  docs: Path) -> str:
+    """Run the benchmarks, write the JSON and append the markdown section; return it."""
+    results = run_bench(config, overrides, quick)
+    table = markdown_table(results, _command_line(" --quick" if quick else "", config,
+                                                  overrides))
+    _record(results, table, out_json, docs)
+    return table
+
+
+def long_command(config: str, overrides: list[str], seconds: float, run_dir: Path,
+                 out_json: Path, docs: Path) -> str:
+    """``dba3c bench --long``: the long run (into the new ``run_dir``), its JSON and its
+    markdown section; return the section."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    result = long_run(config, overrides, seconds, run_dir)
+    table = long_table(result, _command_line(f" --long {seconds:g} --run-dir {run_dir}",
+                                             config, overrides))
+    _record(result, table, out_json, docs)
+    return table

@@ -62,6 +62,13 @@ def test_all_keys_are_dotted_unique_and_documented():
     assert all(doc for _, _, doc in described)
 
 
+def test_reached_max_steps_is_never_true_without_a_step_limit():
+    limited = cfg_with(train={"max_steps": 5}).train
+    unlimited = cfg_with(train={"max_steps": 0, "max_seconds": 60}).train
+    assert [limited.reached_max_steps(s) for s in (0, 4, 5, 6)] == [False, False, True, True]
+    assert not unlimited.reached_max_steps(10**9)
+
+
 def test_config_is_frozen():
     cfg = Config()
     with pytest.raises(dataclasses.FrozenInstanceError):
