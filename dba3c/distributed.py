@@ -38,6 +38,7 @@ from dba3c.adam import AdamState
 from dba3c.config import Config
 from dba3c.core import Params, ShardServer
 from dba3c.errors import TrainingError, UserError
+from dba3c.pacing import ReplyPacer
 from dba3c.params import shard_bounds
 from dba3c.roles import Roles, check_num_shards, make_roles
 from dba3c.transport import ANY_SOURCE, Transport, wait_until
@@ -129,6 +130,7 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
                          replicas=roles.replicas, lr=cfg.train.lr, beta1=cfg.adam.beta1,
                          beta2=cfg.adam.beta2, epsilon=cfg.adam.epsilon)
     sender = Sender(t)
+    pacer = ReplyPacer()  # sleeps through the workers' gradient computations
     grads = {w: Inbox(t, w, GRAD, HEADER + n) for w in roles.workers}
     control = Inbox(t, 0, CONTROL, 2, np.int64)
     finished, frozen, stop_at, byes = False, False, None, set()
@@ -163,9 +165,13 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
             sender.send(done, [roles.evaluator], SNAPSHOT)
         finished = True
 
+    def send_params(version: int, workers: list[int]) -> None:
+        sender.send(params_message(version), workers, PARAMS)
+        pacer.sent(workers, version, time.monotonic())
+
     def after_update(reply_to: list[int]) -> None:
         v = server.version
-        sender.send(params_message(v), reply_to, PARAMS)
+        send_params(v, reply_to)
         send_info()
         if cfg.run.checkpoint_every and v % cfg.run.checkpoint_every == 0:
             send_state(final=False)
@@ -174,7 +180,7 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
         if (stop_at is not None and v >= stop_at) or cfg.train.reached_max_steps(v):
             finish()
 
-    sender.send(params_message(start), roles.workers, PARAMS)
+    send_params(start, roles.workers)
     send_info()
     if cfg.train.reached_max_steps(start):
         finish()  # a finished run started again: nothing left to do
@@ -203,14 +209,14 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
                 continue
             busy = True
             version = int(header(msg)[0])
+            pacer.received(w, version, time.monotonic())
             if version == -1:
                 byes.add(w)
             elif not finished and server.offer(version, payload(msg)):
                 reply = [w] if cfg.dist.mode == "async" else list(roles.workers)
                 after_update(reply)
         if not busy:
-            sender.idle()
-            time.sleep(2e-4)
+            time.sleep(pacer.pause(time.monotonic(), sending=not sender.idle()))
 
 
 # ---- worker side --------------------------------------------------------------------------
