@@ -43,6 +43,20 @@ def combined_rate(predict_states_per_s: float, train_samples_per_s: float, t_max
     return 1.0 / ((1.0 + 1.0 / t_max) / predict_states_per_s + 1.0 / train_samples_per_s)
 
 
+def sandwiched_overheads(singles: list[float], dists: list[float]) -> list[float]:
+    """The overhead of each distributed run against the single-process runs around it.
+
+    Runs alternate s_0 d_0 s_1 d_1 ... d_{K-1} s_K (data points/s), and
+        overhead_i = 1 - d_i / ((s_i + s_{i+1}) / 2),
+    so a machine whose speed drifts over minutes (a shared host) does not pass the drift
+    off as overhead. singles: [K + 1]; dists: [K]; returns [K].
+    """
+    if len(singles) != len(dists) + 1:
+        raise ValueError(f"{len(singles)} single-process runs cannot surround "
+                         f"{len(dists)} distributed runs")
+    return [1.0 - d / ((s0 + s1) / 2) for d, s0, s1 in zip(dists, singles, singles[1:])]
+
+
 def bytes_per_step(num_params: int, num_ps: int) -> dict:
     """Bytes one worker sends (its gradient, one shard per PS) and receives (the new
     parameters, one shard per PS) per synchronous step, headers included."""
@@ -298,13 +312,14 @@ def run_bench(config: str, overrides: list[str], quick: bool,
     cfg = load_config(config, overrides)
     spec = make_spec(cfg)
     layout = spec.layout()
-    train_s, dist_s = (40, 40) if quick else (120, 90)
+    train_s, dist_s, pairs = (30, 30, 1) if quick else (120, 60, 3)
     results: dict = {"config": config, "overrides": list(overrides), "quick": quick,
                      "date": date.today().isoformat(), "machine": machine_description(),
                      "parameters": layout.num_params,
                      "flops_per_data_point": spec.flops_per_data_point(),
                      "bytes_per_step_per_worker": bytes_per_step(layout.num_params,
-                                                                 cfg.dist.ps)}
+                                                                 cfg.dist.ps),
+                     "distributed": {}}
     progress("bench 1/6: emulator ceiling")
     results["emulator"] = emulator_ceiling(cfg, 5 if quick else 15)
     progress("bench 2/6: compute ceilings (prediction, training)")
@@ -319,10 +334,19 @@ def run_bench(config: str, overrides: list[str], quick: bool,
     results["node_efficiency"] = single["data_points_per_s"] / ceiling
     results["mfu"] = (single["data_points_per_s"] * spec.flops_per_data_point()
                       / results["matmul_flops_per_s"])
-    progress(f"bench 5/6: 1 worker + {cfg.dist.ps} PS, {dist_s} s")
-    results["distributed"] = {"1": run_training(config, overrides, 1, dist_s)}
-    results["distributed_overhead"] = 1.0 - (
-        results["distributed"]["1"]["data_points_per_s"] / single["data_points_per_s"])
+    singles, dists = [single["data_points_per_s"]], []
+    for i in range(pairs):
+        progress(f"bench 5/6: 1 worker + {cfg.dist.ps} PS, then one process again, "
+                 f"{dist_s} s each ({i + 1}/{pairs})")
+        run = run_training(config, overrides, 1, dist_s)
+        results["distributed"].setdefault("1", run)
+        dists.append(run["data_points_per_s"])
+        singles.append(run_training(config, overrides, 0, dist_s)["data_points_per_s"])
+    overheads = sandwiched_overheads(singles, dists)
+    results["distributed"]["1"]["data_points_per_s"] = float(np.median(dists))
+    results["overhead_runs"] = {"single": singles, "distributed": dists,
+                                "overheads": overheads}
+    results["distributed_overhead"] = float(np.median(overheads))
     if not quick:
         for workers in (2, 4):
             progress(f"bench 6/6: {workers} workers + {cfg.dist.ps} PS, {dist_s} s")
@@ -369,7 +393,7 @@ def markdown_table(r: dict, command: str) -> str:
         f"| 5. MFU (matmul peak {r['matmul_flops_per_s'] / 1e9:.0f} GFLOP/s) | "
         f"{r['mfu']:.2f} |",
         f"| 6. 1 worker + 1 PS | {dist['1']['data_points_per_s']:.0f} data points/s "
-        f"(overhead {100 * r['distributed_overhead']:.0f}%) |"]
+        f"(overhead {100 * r['distributed_overhead']:.0f}%{_spread(r)}) |"]
     lines += [f"| 6. {w} workers + 1 PS, one host | {dist[w]['data_points_per_s']:.0f} data "
               f"points/s |" for w in sorted(dist, key=int) if w != "1"]
     b = r["bytes_per_step_per_worker"]
@@ -377,6 +401,15 @@ def markdown_table(r: dict, command: str) -> str:
               f"| bytes per step per worker | sent {b['sent']:,}, received "
               f"{b['received']:,} |", ""]
     return "\n".join(lines) + "\n"
+
+
+def _spread(r: dict) -> str:
+    """How the overhead was found: the runs behind the median, when there were several."""
+    overheads = r.get("overhead_runs", {}).get("overheads", [])
+    if len(overheads) < 2:
+        return ", one pair of runs"
+    each = ", ".join(f"{100 * o:.0f}%" for o in overheads)
+    return f", median of {len(overheads)} runs each between two single-process runs: {each}"
 
 
 def _command_line(options: str, config: str, overrides: list[str]) -> str:

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from launch.bench import (RssSampler, bytes_per_step, combined_rate, growth_rate,
-                          long_table, markdown_table)
+                          long_table, markdown_table, sandwiched_overheads)
 
 
 def test_combined_rate_adds_the_time_of_both_computations():
@@ -36,9 +36,19 @@ def test_rss_sampler_sees_a_child_allocating_memory():
     assert peak["process"] >= 300
 
 
-def test_markdown_table_shows_every_measure():
+def test_sandwiched_overheads_compare_each_run_with_the_runs_around_it():
+    # the machine slows from 100 to 80 data points/s: a fixed 10% overhead stays 10%, where
+    # dividing by the first single-process run would report 14% and then 28%
+    singles, dists = [100.0, 90.0, 80.0], [0.9 * 95.0, 0.9 * 85.0]
+    assert sandwiched_overheads(singles, dists) == pytest.approx([0.10, 0.10])
+    assert sandwiched_overheads([100.0, 100.0], [104.0]) == pytest.approx([-0.04])
+    with pytest.raises(ValueError, match="cannot surround"):
+        sandwiched_overheads([100.0], [90.0])
+
+
+def _bench_results() -> dict:
     rss = {"peak_rss_mb": {"process": 700.0}}
-    results = {"quick": True, "date": "2026-11-22", "machine": "test CPU", "config": "c.yaml",
+    return {"quick": True, "date": "2026-11-22", "machine": "test CPU", "config": "c.yaml",
                "overrides": [], "parameters": 1000, "flops_per_data_point": 5e8,
                "emulator": {"env_steps_per_s": 9000.0, "frames_per_s": 36000.0},
                "compute": {"predict_states_per_s": 1000.0, "train_samples_per_s": 500.0,
@@ -50,12 +60,27 @@ def test_markdown_table_shows_every_measure():
                                "2": {"data_points_per_s": 295.0, **rss}},
                "distributed_overhead": 1 / 30, "bytes_per_step_per_worker": bytes_per_step(
                    1000, 1)}
-    text = markdown_table(results, "dba3c bench --quick")
+
+
+def test_markdown_table_shows_every_measure():
+    text = markdown_table(_bench_results(), "dba3c bench --quick")
     for fragment in ["9000 env steps/s", "312 data points/s together", "| 0.96 |",
-                     "matmul peak 180 GFLOP/s) | 0.83 |", "(overhead 3%)",
+                     "matmul peak 180 GFLOP/s) | 0.83 |", "(overhead 3%, one pair of runs)",
                      "2 workers + 1 PS, one host | 295", "rank0 700, rank1 300",
                      "sent 4,032"]:
         assert fragment in text, fragment
+
+
+def test_markdown_table_names_the_runs_behind_the_median_overhead():
+    results = _bench_results()
+    results["overhead_runs"] = {"single": [100.0, 98.0, 96.0, 94.0],
+                                "distributed": [97.0, 91.0, 93.0],
+                                "overheads": sandwiched_overheads([100.0, 98.0, 96.0, 94.0],
+                                                                  [97.0, 91.0, 93.0])}
+    results["distributed_overhead"] = 0.02
+    text = markdown_table(results, "dba3c bench")
+    assert ("(overhead 2%, median of 3 runs each between two single-process runs: "
+            "2%, 6%, 2%)") in text
 
 
 def test_growth_rate_is_the_least_squares_slope_per_1000_steps():
