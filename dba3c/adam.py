@@ -30,7 +30,8 @@ class AdamState:
 
 
 def adam_update(theta_shard: np.ndarray, g_shard: np.ndarray, state: AdamState, *,
-                lr: float, beta1: float, beta2: float, epsilon: float) -> None:
+                lr: float, beta1: float, beta2: float, epsilon: float,
+                scratch: np.ndarray | None = None) -> None:
     """One Adam step in place, as ``tf.keras.optimizers.Adam`` computes it.
 
     With t = count + 1:
@@ -39,15 +40,29 @@ def adam_update(theta_shard: np.ndarray, g_shard: np.ndarray, state: AdamState, 
         v_t     = v_{t-1} + (g^2 - v_{t-1}) * (1 - beta2)
         theta_t = theta_{t-1} - alpha_t * m_t / (sqrt(v_t) + epsilon)
 
+    Every operation writes into ``scratch`` or the state, in the order written above, so
+    the result is bit-identical to evaluating the formulas with temporaries.
+
     Args:
       theta_shard: float32 [n], updated in place.
       g_shard: float32 [n], the (averaged) gradient.
       state: the shard's moments, updated in place; ``count`` is incremented.
+      scratch: float32 [2, n] work space reused across calls (allocated when None).
     """
     t = state.count + 1
     alpha_t = np.float32(lr * np.sqrt(1.0 - beta2 ** t) / (1.0 - beta1 ** t))
     m, v = state.m_shard, state.v_shard
-    m += (g_shard - m) * np.float32(1.0 - beta1)
-    v += (np.square(g_shard) - v) * np.float32(1.0 - beta2)
-    theta_shard -= alpha_t * m / (np.sqrt(v) + np.float32(epsilon))
+    a, b = np.empty((2, m.size), np.float32) if scratch is None else scratch
+    np.subtract(g_shard, m, out=a)
+    a *= np.float32(1.0 - beta1)
+    m += a
+    np.square(g_shard, out=a)
+    a -= v
+    a *= np.float32(1.0 - beta2)
+    v += a
+    np.sqrt(v, out=b)
+    b += np.float32(epsilon)
+    np.multiply(alpha_t, m, out=a)
+    a /= b
+    theta_shard -= a
     state.count = t

@@ -70,6 +70,7 @@ class ShardServer:
         self._hyper = dict(lr=lr, beta1=beta1, beta2=beta2, epsilon=epsilon)
         self._sum = np.zeros_like(theta_shard)
         self._count = 0
+        self._scratch = np.empty((2, theta_shard.size), np.float32)
         self.nonfinite_streak = 0
         self.stats = ShardStats()
 
@@ -86,19 +87,23 @@ class ShardServer:
         if grad_version > self.version:
             raise RuntimeError(f"gradient for version {grad_version} arrived at a shard at "
                                f"version {self.version}: protocol violated")
+        if self.replicas == 1:  # the mean of one gradient is itself: no copy into the sum
+            self._apply(g_shard)
+            return True
         self._sum += g_shard
         self._count += 1
         if self._count < self.replicas:
             return False
-        mean = self._sum if self._count == 1 else self._sum / np.float32(self._count)
-        self._apply(mean)
+        self._sum /= np.float32(self._count)
+        self._apply(self._sum)
         self._sum[:] = 0.0
         self._count = 0
         return True
 
     def _apply(self, g_shard: np.ndarray) -> None:
         if np.isfinite(g_shard).all():
-            adam_update(self.theta_shard, g_shard, self.adam, **self._hyper)
+            adam_update(self.theta_shard, g_shard, self.adam, **self._hyper,
+                        scratch=self._scratch)
             self.nonfinite_streak = 0
             self.stats.applied += 1
         else:

@@ -42,6 +42,24 @@ def test_adam_update_matches_keras_adam(hyper):
     assert not np.array_equal(theta, theta0)
 
 
+@pytest.mark.parametrize("with_scratch", [False, True], ids=["allocating", "scratch"])
+def test_adam_update_is_bit_identical_to_the_formulas_with_temporaries(with_scratch):
+    n = 1001
+    lr, b1, b2, eps = (PAPER[k] for k in ("lr", "beta1", "beta2", "epsilon"))
+    theta0 = np.random.default_rng(3).standard_normal(n).astype(np.float32)
+    ref_theta, ref_m, ref_v = theta0.copy(), np.zeros(n, np.float32), np.zeros(n, np.float32)
+    theta, state = theta0.copy(), AdamState.zeros(n)
+    scratch = np.full((2, n), np.nan, np.float32) if with_scratch else None
+    for t, g in enumerate(_grads(n, 6, seed=4), start=1):
+        alpha_t = np.float32(lr * np.sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t))
+        ref_m = ref_m + (g - ref_m) * np.float32(1.0 - b1)
+        ref_v = ref_v + (g * g - ref_v) * np.float32(1.0 - b2)
+        ref_theta = ref_theta - alpha_t * ref_m / (np.sqrt(ref_v) + np.float32(eps))
+        adam_update(theta, g, state, **PAPER, scratch=scratch)
+        assert np.array_equal(state.m_shard, ref_m) and np.array_equal(state.v_shard, ref_v)
+        assert np.array_equal(theta, ref_theta), f"step {t}"
+
+
 def test_adam_first_step_by_hand():
     # t = 1: m = (1-b1) g, v = (1-b2) g^2, alpha = lr sqrt(1-b2) / (1-b1)
     # -> step = lr * sqrt(1-b2)/(1-b1) * (1-b1) g / (sqrt(1-b2) |g| + eps) ~= lr * sign(g)
