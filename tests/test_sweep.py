@@ -44,9 +44,13 @@ def test_tiny_local_sweep_writes_csv_and_plots(tmp_path):
     assert all(r["status"] == "ok" for r in rows)
     for row in rows:
         run = sweep / row["run_dir"]
-        # the CSV holds what the run directory says, recomputed here independently
+        # the CSV holds what the run directory says, recomputed here independently; an
+        # evaluation still running when the 12 steps end is abandoned, so there may be none
         evals = read_jsonl(run / "eval.jsonl")
-        assert float(row["final_eval_mean"]) == pytest.approx(evals[-1]["mean"])
+        if evals:
+            assert float(row["final_eval_mean"]) == pytest.approx(evals[-1]["mean"])
+        else:
+            assert row["final_eval_mean"] == ""
         rates = [m["perf/data_points_per_s"] for m in read_jsonl(run / "metrics.jsonl")]
         tail = rates[len(rates) // 2:]
         assert float(row["data_points_per_s"]) == pytest.approx(sum(tail) / len(tail))
