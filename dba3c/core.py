@@ -68,7 +68,9 @@ class ShardServer:
         self.theta_shard, self.adam, self.version = theta_shard, adam, version
         self.mode, self.replicas = mode, replicas
         self._hyper = dict(lr=lr, beta1=beta1, beta2=beta2, epsilon=epsilon)
-        self._sum = np.zeros_like(theta_shard)
+        # only a shard that averages several gradients per step needs a running sum
+        self._sum = (np.zeros_like(theta_shard) if mode == "sync" and replicas > 1
+                     else None)
         self._count = 0
         self._scratch = np.empty((2, theta_shard.size), np.float32)
         self.nonfinite_streak = 0
