@@ -9,6 +9,7 @@ import pytest
 
 from conftest import dba3c, read_jsonl
 from dba3c import plots
+from dba3c.rundir import SweepDir
 from launch.sweep import point_result, steady_throughput
 
 
@@ -59,7 +60,7 @@ def test_tiny_local_sweep_writes_csv_and_plots(tmp_path):
     out = tmp_path / "plots"
     dba3c("plot", sweep, "--out", out)
     assert (out / "throughput_vs_ps.png").stat().st_size > 0
-    figure = plots.scaling_figures(plots.load_sweep(sweep))["throughput_vs_ps"]
+    figure = plots.scaling_figures(SweepDir(sweep).read_rows())["throughput_vs_ps"]
     lines = figure.axes[0].get_lines()
     assert len(lines) == 1 and list(lines[0].get_xdata()) == [1, 2]
     # a second invocation keeps finished points instead of re-running them
