@@ -79,3 +79,17 @@ def test_a_bad_grid_point_is_refused_before_anything_runs(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: train.gamma=-1 "), proc.stderr
     assert "train.gamma=-1 must be" in lines[0]
     assert not sweep.exists()
+
+
+def test_a_foreign_sweep_csv_is_refused_and_left_as_it_was(tmp_path):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "sweep.csv").write_bytes(b"name,score\r\na,1\r\n")
+    proc = dba3c("sweep", "configs/cartpole.yaml", "--grid", "model.hidden=8", "--dir", sweep,
+                 check=False, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert "missing column(s) run_dir, status" in lines[0]
+    assert (sweep / "sweep.csv").read_bytes() == b"name,score\r\na,1\r\n"
+    assert [p.name for p in sweep.iterdir()] == ["sweep.csv"]
