@@ -13,6 +13,7 @@ RUN_DIR/
 SWEEP_DIR/
   sweep.csv        one row per grid point: run_dir, the grid keys, RESULT_COLUMNS
   NNN-KEY_VALUE-.../  one run directory per grid point
+  submitit/JOB_ID/ submitit's logs, when Slurm ran the sweep
 ```
 
 Whole files are written atomically (:func:`write_atomic`). JSON-lines files grow a line at a
@@ -41,6 +42,7 @@ TENSORBOARD = "tb"
 CHECKPOINTS = "checkpoints"
 SWEEP_LOG = "sweep.log"
 SWEEP_CSV = "sweep.csv"
+SUBMITIT = "submitit"
 # sweep.csv columns after run_dir and the grid keys
 RESULT_COLUMNS = ("data_points_per_s", "time_to_target_s", "final_eval_mean", "status")
 
@@ -131,11 +133,13 @@ class RunDir:
 
 
 class SweepDir:
-    """The files of one sweep directory: ``path``, and ``csv_path`` its ``sweep.csv``."""
+    """The files of one sweep directory: ``path``, ``csv_path`` its ``sweep.csv`` and
+    ``submitit_dir`` the folder of submitit's logs when Slurm runs the sweep."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.csv_path = self.path / SWEEP_CSV
+        self.submitit_dir = self.path / SUBMITIT
 
     def is_sweep(self) -> bool:
         """Whether the directory holds a sweep (it has ``sweep.csv``)."""

@@ -126,8 +126,9 @@ def run_slurm(points: list[Point], config: str, sweep_dir: Path, minutes: int) -
         by_world.setdefault(p.world, []).append(p)
     jobs = {}
     for world, group in by_world.items():
-        executor = make_executor(folder=str(sweep_dir / "submitit" / "%j"), cluster="slurm",
-                                 nodes=1, tasks_per_node=world, minutes=minutes)
+        executor = make_executor(folder=str(SweepDir(sweep_dir).submitit_dir / "%j"),
+                                 cluster="slurm", nodes=1, tasks_per_node=world,
+                                 minutes=minutes)
         with executor.batch():
             for p in group:
                 jobs[p.name] = executor.submit(TrainJob(config, p.overrides))

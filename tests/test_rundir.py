@@ -24,6 +24,7 @@ def test_names_are_the_documented_on_disk_contract(tmp_path):
     assert run.checkpoints_dir == tmp_path / "checkpoints"
     assert run.sweep_log_path == tmp_path / "sweep.log"
     assert SweepDir(tmp_path).csv_path == tmp_path / "sweep.csv"
+    assert SweepDir(tmp_path).submitit_dir == tmp_path / "submitit"
     assert not run.is_run() and not SweepDir(tmp_path).is_sweep()
     assert list(tmp_path.iterdir()) == []  # asking for names creates nothing
     (tmp_path / "metrics.jsonl").write_text("")
