@@ -2,8 +2,9 @@
 
 A checkpoint file is ``MAGIC``, the SHA-256 of the payload in hex, a newline, and the payload:
 an uncompressed ``.npz`` of plain numeric arrays plus one JSON document (as bytes). Writing goes
-to a temporary file in the same directory, is fsynced, renamed over the final name and the
-directory fsynced, so a crash at any point leaves either the old set of files or the new one.
+through :func:`dba3c.rundir.write_atomic` (a temporary file in the same directory, fsynced,
+renamed over the final name, the directory fsynced), so a crash at any point leaves either the
+old set of files or the new one.
 Loading verifies the checksum and uses ``allow_pickle=False``.
 """
 
@@ -12,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
 import sys
 from dataclasses import dataclass
@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from dba3c.errors import UserError
+from dba3c.rundir import RunDir, remove_stale_temporaries, write_atomic
 
 MAGIC = b"DBA3C-CHECKPOINT-1\n"
 NAME = re.compile(r"^step-(\d{10})\.ckpt$")
@@ -76,26 +77,6 @@ def decode(data: bytes, source: str) -> Checkpoint:
         raise UserError(f"{source} has a valid checksum but unreadable content: {e}") from None
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:  # e.g. a full disk: no half-written temporary file stays behind
-        tmp.unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def save(directory: Path, ckpt: Checkpoint, keep: int) -> Path:
     """Write the checkpoint atomically, then delete all but the newest ``keep``."""
     directory = Path(directory)
@@ -104,8 +85,7 @@ def save(directory: Path, ckpt: Checkpoint, keep: int) -> Path:
     write_atomic(path, encode(ckpt))
     for old in list_checkpoints(directory)[keep:]:
         old.unlink(missing_ok=True)
-    for stale in directory.glob(".step-*.ckpt.tmp-*"):  # left by a process killed mid-write
-        stale.unlink(missing_ok=True)
+    remove_stale_temporaries(directory, "step-*.ckpt")  # left by a process killed mid-write
     return path
 
 
@@ -153,10 +133,11 @@ def load_path(path: str) -> Checkpoint:
     if p.is_file():
         return load(p)
     if p.is_dir():
-        ckpt = load_latest(p / "checkpoints" if (p / "checkpoints").is_dir() else p)
+        run = RunDir(p)
+        ckpt = load_latest(run.checkpoints_dir if run.checkpoints_dir.is_dir() else p)
         if ckpt is None:
             raise UserError(f"{path} holds no checkpoint (expected a run directory with "
-                            f"checkpoints/ or a step-*.ckpt file)")
+                            f"{run.checkpoints_dir.name}/ or a step-*.ckpt file)")
         return ckpt
     raise UserError(f"{path} not found: expected a checkpoint file or a run directory")
 

@@ -8,8 +8,6 @@ evaluations through :meth:`on_eval`. It never talks to other ranks itself.
 
 from __future__ import annotations
 
-import json
-import math
 import signal
 import time
 from pathlib import Path
@@ -17,8 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from dba3c import checkpoint
-from dba3c.config import Config, dump_yaml
-from dba3c.metrics import JsonlWriter, Progress, TensorBoard, truncate_jsonl
+from dba3c.config import Config
+from dba3c.metrics import Progress, TensorBoard
+from dba3c.rundir import JsonlWriter, RunDir
 
 FRACTIONS = ("compute", "wait_data", "wait_params", "predict", "emulate")
 
@@ -34,17 +33,15 @@ class Chief:
     def __init__(self, cfg: Config, start: checkpoint.Checkpoint | None, layout,
                  num_workers: int):
         self.cfg, self.layout, self.num_workers = cfg, layout, num_workers
-        self.dir = Path(cfg.run.dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / "config.yaml").write_text(dump_yaml(cfg))
+        self.run_dir = RunDir(cfg.run.dir)
+        self.run_dir.create(cfg)
         self.start_step = start.step if start else 0
         self.time_offset = start.meta.get("time_s", 0.0) if start else 0.0
         self.summary = start.meta.get("summary", {}) if start else {}
-        for name in ("metrics.jsonl", "eval.jsonl"):
-            truncate_jsonl(self.dir / name, self.start_step)
-        self.metrics = JsonlWriter(self.dir / "metrics.jsonl")
-        self.evals = JsonlWriter(self.dir / "eval.jsonl")
-        self.tb = TensorBoard(self.dir / "tb")
+        self.run_dir.truncate_logs(self.start_step)
+        self.metrics = JsonlWriter(self.run_dir.metrics_path)
+        self.evals = JsonlWriter(self.run_dir.evals_path)
+        self.tb = TensorBoard(self.run_dir.tensorboard_dir)
         self.progress = Progress(cfg.run.progress, cfg.train.max_steps, self.start_step)
         self.t0 = time.monotonic()
         self.step = self.start_step
@@ -102,7 +99,7 @@ class Chief:
         meta = {"config": self.cfg.to_dict(), "layout": self.layout.to_dict(),
                 "time_s": self.elapsed(), "seed": self.cfg.run.seed,
                 "summary": self.summary, "num_workers": self.num_workers}
-        return checkpoint.save(self.dir / "checkpoints",
+        return checkpoint.save(self.run_dir.checkpoints_dir,
                                checkpoint.Checkpoint(step, theta, adam_m, adam_v, adam_count,
                                                      meta),
                                self.cfg.run.keep_checkpoints)
@@ -152,9 +149,8 @@ class Chief:
         self.progress.update(step, record)
 
     def _write_summary(self) -> None:
-        text = json.dumps({**self.summary, "final_step": self.step, "time_s": self.elapsed()},
-                          indent=1, default=_json_default)
-        checkpoint.write_atomic(self.dir / "summary.json", text.encode())
+        self.run_dir.write_summary({**self.summary, "final_step": self.step,
+                                    "time_s": self.elapsed()})
 
     def close(self) -> None:
         """Flush everything; the summary records where the run stopped and why."""
@@ -164,7 +160,3 @@ class Chief:
         self.metrics.close()
         self.evals.close()
         self.tb.close()
-
-
-def _json_default(x):
-    return None if isinstance(x, float) and not math.isfinite(x) else str(x)

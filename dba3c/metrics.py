@@ -1,4 +1,5 @@
-"""Run outputs: ``metrics.jsonl``, ``eval.jsonl``, TensorBoard scalars and the live display.
+"""Run outputs besides the files of :mod:`dba3c.rundir`: TensorBoard scalars and the live
+display.
 
 One metrics namespace everywhere: ``loss/*``, ``perf/*``, ``train/*``, ``eval/*``,
 ``time/*`` (fractions of wall time), ``dist/*``.
@@ -6,55 +7,10 @@ One metrics namespace everywhere: ``loss/*``, ``perf/*``, ``train/*``, ``eval/*`
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
 from pathlib import Path
-
-from dba3c.checkpoint import write_atomic
-
-
-def truncate_jsonl(path: Path, max_step: int) -> None:
-    """Drop lines with ``step > max_step`` (work after the checkpoint being resumed, which is
-    about to be redone), so the step sequence has no repeats, and lines that do not parse (a
-    tail torn by a crash). Atomic."""
-    path = Path(path)
-    if not path.exists():
-        return
-    kept = [line for line in path.read_text(errors="replace").splitlines()
-            if (record := _parse(line)) is not None and record.get("step", 0) <= max_step]
-    write_atomic(path, "".join(line + "\n" for line in kept).encode())
-
-
-def _parse(line: str) -> dict | None:
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def _clean(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-class JsonlWriter:
-    """Appends one JSON object per line and flushes it."""
-
-    def __init__(self, path: Path):
-        self._file = open(path, "a", encoding="utf-8")
-
-    def write(self, record: dict) -> None:
-        """Append ``record`` (non-finite floats become null)."""
-        self._file.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
-        self._file.flush()
-
-    def close(self) -> None:
-        """Close the file."""
-        self._file.close()
 
 
 class Progress:

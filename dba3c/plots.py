@@ -19,24 +19,21 @@ A figure whose table has no rows (e.g. no evaluation has finished yet) is left o
 from __future__ import annotations
 
 import csv
-import json
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import mean
 from typing import Callable, NamedTuple
 
-import yaml
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter, NullLocator
 
-from dba3c.config import load_yaml
+from dba3c.rundir import METRICS, RESULT_COLUMNS, SWEEP_CSV, RunDir, SweepDir
 
 Table = list[dict]
 
-# sweep.csv columns that are results; every other column except run_dir is a grid key
-_SWEEP_RESULTS = ("run_dir", "data_points_per_s", "time_to_target_s", "final_eval_mean",
-                  "status")
+# sweep.csv columns that are not grid keys
+_SWEEP_RESULTS = ("run_dir", *RESULT_COLUMNS)
 # grid keys that repeat a configuration rather than change it: averaged, not a series
 _REPEAT_KEYS = ("run.seed",)
 
@@ -112,67 +109,14 @@ _SCALING = {
 # ---- reading ------------------------------------------------------------------------------
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """The JSON objects of a JSON-lines file, skipping blank lines.
-
-    Raises ValueError naming the file and line number of a line that is not a JSON object.
-    """
-    path = Path(path)
-    records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: line {number} is not valid JSON ({e.msg})") from None
-        if not isinstance(record, dict):
-            raise ValueError(f"{path}: line {number} is not a JSON object")
-        records.append(record)
-    return records
-
-
-def _read_mapping(path: Path) -> dict:
-    """The mapping in a YAML (or JSON) file; empty when the file is absent."""
-    if not path.is_file():
-        return {}
-    try:
-        value = load_yaml(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path}: cannot be parsed: {' '.join(str(e).split())}") from None
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValueError(f"{path}: expected a mapping, found {type(value).__name__}")
-    return value
-
-
 def load_run(run_dir) -> Run:
     """Read a run directory (``metrics.jsonl`` required; ``config.yaml``, ``eval.jsonl`` and
     ``summary.json`` optional). Raises ValueError for a missing or malformed file."""
-    run_dir = Path(run_dir)
-    metrics = run_dir / "metrics.jsonl"
-    if not metrics.is_file():
-        raise ValueError(f"{run_dir}: not a run directory (no metrics.jsonl)")
-    evals = run_dir / "eval.jsonl"
-    return Run(name=run_dir.resolve().name,
-               config=_read_mapping(run_dir / "config.yaml"),
-               metrics=read_jsonl(metrics),
-               evals=read_jsonl(evals) if evals.is_file() else [],
-               summary=_read_mapping(run_dir / "summary.json"))
-
-
-def load_sweep(sweep_dir) -> list[dict]:
-    """The rows of ``SWEEP/sweep.csv`` as dicts of strings (``run_dir`` as written: relative
-    to the sweep directory or absolute). Raises ValueError if ``run_dir`` or ``status`` is
-    not a column."""
-    path = Path(sweep_dir) / "sweep.csv"
-    with open(path, newline="", encoding="utf-8") as file:
-        reader = csv.DictReader(file)
-        missing = [c for c in ("run_dir", "status") if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
-        return list(reader)
+    run = RunDir(run_dir)
+    if not run.is_run():
+        raise ValueError(f"{run_dir}: not a run directory (no {METRICS})")
+    return Run(name=run.path.resolve().name, config=run.read_config(),
+               metrics=run.read_metrics(), evals=run.read_evals(), summary=run.read_summary())
 
 
 def _config_value(config: dict, dotted: str):
@@ -431,15 +375,15 @@ def plot_command(paths: list, out_dir) -> list[Path]:
     """
     run_dirs, sweeps = [], []
     for path in map(Path, paths):
-        if (path / "metrics.jsonl").is_file():
+        if RunDir(path).is_run():
             run_dirs.append(path)
-        elif (path / "sweep.csv").is_file():
-            rows = load_sweep(path)
+        elif SweepDir(path).is_sweep():
+            rows = SweepDir(path).read_rows()
             sweeps.append((path, rows))
             run_dirs += [path / row["run_dir"] for row in rows if row["status"] == "ok"]
         else:
-            raise ValueError(f"{path}: expected a run directory (with metrics.jsonl) or a "
-                             f"sweep directory (with sweep.csv)")
+            raise ValueError(f"{path}: expected a run directory (with {METRICS}) or a "
+                             f"sweep directory (with {SWEEP_CSV})")
     runs = _load_runs(run_dirs)
     tables = [("", learning_curve_tables(runs)),
               ("", {"sync_vs_async": sync_vs_async_table(runs)})]

@@ -7,7 +7,6 @@ directory is touched.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -21,6 +20,7 @@ from dba3c.errors import UserError
 from dba3c.evaluation import BackgroundEvaluator
 from dba3c.learner import Learner
 from dba3c.models import NetSpec, make_net_spec
+from dba3c.rundir import RunDir
 from dba3c.worker import Worker
 
 
@@ -42,7 +42,7 @@ def make_pool_and_spec(cfg: Config) -> tuple[EnvPool, NetSpec]:
 
 def load_start(cfg: Config, spec: NetSpec) -> StartState:
     """Resume from the run directory's newest valid checkpoint, or initialise (seeded)."""
-    ckpt = checkpoint.load_latest(Path(cfg.run.dir) / "checkpoints")
+    ckpt = checkpoint.load_latest(RunDir(cfg.run.dir).checkpoints_dir)
     layout = spec.layout()
     if ckpt is None:
         return StartState(0, spec.init_params(cfg.run.seed), AdamState.zeros(layout.num_params),

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from dba3c.checkpoint import write_atomic
 from dba3c.config import Config, load_config
 from dba3c.distributed import HEADER
+from dba3c.rundir import RunDir, write_atomic
 
 
 def combined_rate(predict_states_per_s: float, train_samples_per_s: float, t_max: int) -> float:
@@ -195,7 +195,6 @@ def _rank_of(pid: int) -> int | None:
 def run_training(config: str, overrides: list[str], workers: int, seconds: float) -> dict:
     """Train for ``seconds`` (one process when ``workers`` is 0, else ``dba3c launch``);
     steady-state data points/s, time fractions, and peak RSS per rank."""
-    from dba3c.plots import read_jsonl
     from launch.sweep import steady_throughput
 
     with tempfile.TemporaryDirectory(prefix="dba3c-bench-") as run_dir:
@@ -213,7 +212,7 @@ def run_training(config: str, overrides: list[str], workers: int, seconds: float
         rss = sampler.stop()
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {err[-2000:]}")
-        metrics = read_jsonl(Path(run_dir) / "metrics.jsonl")
+        metrics = RunDir(run_dir).read_metrics()
     tail = metrics[len(metrics) // 2:]
     fractions = {k: float(np.mean([m[k] for m in tail if m.get(k) is not None]))
                  for k in ("time/compute", "time/predict", "time/wait_params",
@@ -222,28 +221,15 @@ def run_training(config: str, overrides: list[str], workers: int, seconds: float
             **fractions, "peak_rss_mb": rss}
 
 
-def _last_step(run_dir: Path) -> int:
-    """The step of the last complete line of ``metrics.jsonl`` (0 before the first)."""
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return 0
-    with open(path, "rb") as f:
-        f.seek(max(0, path.stat().st_size - 8192))
-        for line in reversed(f.read().splitlines()):
-            try:
-                return int(json.loads(line)["step"])
-            except (ValueError, KeyError):
-                continue
-    return 0
-
-
 def _dir_bytes(run_dir: Path) -> dict[str, int]:
     """Bytes of a run directory: ``checkpoints`` (bounded by run.keep_checkpoints) and
     ``logs`` (everything else: metrics, evaluations, TensorBoard events)."""
     sizes = {"checkpoints": 0, "logs": 0}
+    checkpoints = RunDir(run_dir).checkpoints_dir
     for p in run_dir.rglob("*"):
         if p.is_file():
-            sizes["checkpoints" if "checkpoints" in p.parts else "logs"] += p.stat().st_size
+            sizes["checkpoints" if p.is_relative_to(checkpoints) else "logs"] += \
+                p.stat().st_size
     return sizes
 
 
@@ -270,7 +256,8 @@ def long_run(config: str, overrides: list[str], seconds: float, run_dir: Path, *
     while proc.poll() is None:
         time.sleep(interval_s)
         if run_dir.is_dir():
-            disk.append((time.monotonic() - start, _last_step(run_dir), _dir_bytes(run_dir)))
+            disk.append((time.monotonic() - start, RunDir(run_dir).last_step(),
+                         _dir_bytes(run_dir)))
     sampler.stop()
     log.close()
     if proc.returncode != 0:
@@ -280,7 +267,7 @@ def long_run(config: str, overrides: list[str], seconds: float, run_dir: Path, *
     after = [(step, b["logs"]) for t, step, b in disk if t >= warmup_s]
     return {"seconds": seconds, "workers": workers,
             "ps": load_config(config, overrides).dist.ps, "warmup_s": warmup_s,
-            "final_step": _last_step(run_dir), "peak_rss_mb_after_warmup": warm,
+            "final_step": RunDir(run_dir).last_step(), "peak_rss_mb_after_warmup": warm,
             "peak_rss_mb_final": final,
             "rss_growth": {k: final[k] / warm[k] - 1.0 for k in final if k in warm},
             "checkpoint_bytes": disk[-1][2]["checkpoints"] if disk else 0,

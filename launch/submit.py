@@ -21,13 +21,13 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import submitit
 
 from dba3c.config import load_config
 from dba3c.errors import UserError
 from dba3c.roles import make_roles
+from dba3c.rundir import RunDir
 
 
 class TrainJob(submitit.helpers.Checkpointable):
@@ -49,8 +49,7 @@ class TrainJob(submitit.helpers.Checkpointable):
         env = submitit.JobEnvironment()
         if env.global_rank != 0:
             return None
-        run_dir = load_config(self.config, self.overrides).run.dir
-        summary = json.loads((Path(run_dir) / "summary.json").read_text())
+        summary = RunDir(load_config(self.config, self.overrides).run.dir).read_summary()
         if str(summary.get("stop_reason") or "").startswith("signal") and \
                 env.cluster == "slurm":
             print(f"dba3c: stopped by {summary['stop_reason']}; requeueing job {env.job_id}",

@@ -14,30 +14,31 @@ already has a ``summary.json`` and whose row says ``ok``.
 
 from __future__ import annotations
 
-import csv
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from dba3c.config import Config, load_config
 from dba3c.errors import UserError
-from dba3c.plots import read_jsonl
 from dba3c.roles import make_roles, required_world_size
+from dba3c.rundir import RunDir, SweepDir
 from launch.local import launch_command
 from launch.submit import grid_overrides, point_name
 
-RESULT_COLUMNS = ("data_points_per_s", "time_to_target_s", "final_eval_mean", "status")
+T = TypeVar("T")
 
 
-def _records(path: Path) -> list[dict]:
-    """A run's JSON-lines records; none when the file is missing or unreadable."""
+def _read_or_warn(read: Callable[[], T], empty: T) -> T:
+    """What ``read`` returns, or ``empty`` (with a warning) when the file is malformed."""
     try:
-        return read_jsonl(path) if path.is_file() else []
+        return read()
     except ValueError as e:
         print(f"sweep: warning: {e}", file=sys.stderr)
-        return []
+        return empty
 
 
 def steady_throughput(metrics: list[dict]) -> float | None:
@@ -51,27 +52,14 @@ def steady_throughput(metrics: list[dict]) -> float | None:
 
 def point_result(run_dir: Path, returncode: int) -> dict:
     """The sweep.csv result columns of one finished point, read from its run directory."""
-    import json
-
-    summary_path = run_dir / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-    evals = _records(run_dir / "eval.jsonl")
+    run = RunDir(run_dir)
+    summary = _read_or_warn(run.read_summary, {})
+    evals = _read_or_warn(run.read_evals, [])
     ok = returncode == 0 and bool(summary)
-    return {"data_points_per_s": steady_throughput(_records(run_dir / "metrics.jsonl")),
+    return {"data_points_per_s": steady_throughput(_read_or_warn(run.read_metrics, [])),
             "time_to_target_s": summary.get("time_to_target_s"),
             "final_eval_mean": evals[-1]["mean"] if evals else None,
             "status": "ok" if ok else f"failed (exit {returncode})"}
-
-
-def write_csv(path: Path, keys: list[str], rows: list[dict]) -> None:
-    """Write sweep.csv atomically (temporary file, then rename)."""
-    tmp = path.with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, ["run_dir", *keys, *RESULT_COLUMNS])
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: "" if v is None else v for k, v in row.items()})
-    os.replace(tmp, path)
 
 
 class Point:
@@ -138,8 +126,9 @@ def run_slurm(points: list[Point], config: str, sweep_dir: Path, minutes: int) -
         by_world.setdefault(p.world, []).append(p)
     jobs = {}
     for world, group in by_world.items():
-        executor = make_executor(folder=str(sweep_dir / "submitit" / "%j"), cluster="slurm",
-                                 nodes=1, tasks_per_node=world, minutes=minutes)
+        executor = make_executor(folder=str(SweepDir(sweep_dir).submitit_dir / "%j"),
+                                 cluster="slurm", nodes=1, tasks_per_node=world,
+                                 minutes=minutes)
         with executor.batch():
             for p in group:
                 jobs[p.name] = executor.submit(TrainJob(config, p.overrides))
@@ -164,13 +153,16 @@ def run_sweep(config: str, grid: list[str], overrides: list[str], *, sweep_dir: 
     root = Path(sweep_dir or f"runs/sweep-{name}")
     points = make_points(config, grid, overrides, root, workers, max_seconds)
     keys = [item.partition("=")[0] for item in grid]
+    sweep = SweepDir(root)
+    try:
+        done = {row["run_dir"]: row for row in sweep.read_rows() if row["status"] == "ok"}
+    except ValueError as e:
+        raise UserError(f"{e}; this sweep cannot continue it: use another --dir") from None
     root.mkdir(parents=True, exist_ok=True)
-    csv_path = root / "sweep.csv"
-    done = {row["run_dir"]: row for row in _read_rows(csv_path) if row.get("status") == "ok"}
     rows: dict[str, dict] = {}
     todo = []
     for p in points:
-        if p.name in done and (p.run_dir / "summary.json").is_file():
+        if p.name in done and RunDir(p.run_dir).summary_path.is_file():
             rows[p.name] = done[p.name]
             print(f"sweep: {p.name}: done already, kept", file=sys.stderr, flush=True)
         else:
@@ -183,20 +175,14 @@ def run_sweep(config: str, grid: list[str], overrides: list[str], *, sweep_dir: 
         print(f"sweep {i + 1}/{len(todo)}: {' '.join(p.combo)} ({p.world} rank"
               f"{'s' if p.world > 1 else ''}) -> {p.run_dir}", file=sys.stderr, flush=True)
         p.run_dir.mkdir(parents=True, exist_ok=True)
-        code = run_local(p, config, p.run_dir / "sweep.log")
+        log = RunDir(p.run_dir).sweep_log_path
+        code = run_local(p, config, log)
         rows[p.name] = p.row(point_result(p.run_dir, code))
-        write_csv(csv_path, keys, [rows[q.name] for q in points if q.name in rows])
+        sweep.write_rows(keys, [rows[q.name] for q in points if q.name in rows])
         r = rows[p.name]
         rate = (f"{r['data_points_per_s']:.0f} data points/s" if r["data_points_per_s"]
-                else f"no metrics (see {p.run_dir / 'sweep.log'})")
+                else f"no metrics (see {log})")
         print(f"sweep {i + 1}/{len(todo)}: {r['status']} in {time.monotonic() - started:.0f} s,"
               f" {rate}", file=sys.stderr, flush=True)
-    write_csv(csv_path, keys, [rows[p.name] for p in points])
-    return csv_path
-
-
-def _read_rows(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
+    sweep.write_rows(keys, [rows[p.name] for p in points])
+    return sweep.csv_path

@@ -26,15 +26,17 @@ def dba3c(*args, timeout=300, check=True, env=None, **kw) -> subprocess.Complete
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """Every JSON line of a file."""
+    """Every JSON line of a file; strict (a torn line fails), unlike dba3c.rundir's reader,
+    so tests check the files independently of it."""
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
 def latest_checkpoint(run_dir: Path):
     """The newest checkpoint of a run directory."""
     from dba3c import checkpoint
+    from dba3c.rundir import RunDir
 
-    return checkpoint.load_latest(Path(run_dir) / "checkpoints")
+    return checkpoint.load_latest(RunDir(run_dir).checkpoints_dir)
 
 
 def assert_close(a: np.ndarray, b: np.ndarray, tol: float = 1e-6) -> None:

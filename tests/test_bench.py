@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from launch.bench import (RssSampler, bytes_per_step, combined_rate, growth_rate,
+from launch.bench import (RssSampler, _dir_bytes, bytes_per_step, combined_rate, growth_rate,
                           long_table, markdown_table, sandwiched_overheads)
 
 
@@ -100,3 +100,14 @@ def test_long_table_reports_growth_per_rank_and_disk_rate():
                      "| rank0 | 800 | 880 | +10.0% |", "| rank1 | 500 | 500 | +0.0% |",
                      "checkpoints hold 3.0 MiB", "grows by 200 KiB per 1000 steps"]:
         assert fragment in text, fragment
+
+
+def test_dir_bytes_splits_checkpoints_from_everything_else(tmp_path):
+    run_dir = tmp_path / "checkpoints" / "run"  # a parent named like the folder: not counted
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "tb").mkdir()
+    (run_dir / "checkpoints" / "step-0000000001.ckpt").write_bytes(b"c" * 100)
+    (run_dir / "checkpoints" / ".step-0000000002.ckpt.tmp-7").write_bytes(b"c" * 30)
+    (run_dir / "metrics.jsonl").write_bytes(b"m" * 10)
+    (run_dir / "tb" / "events.out").write_bytes(b"t" * 5)
+    assert _dir_bytes(run_dir) == {"checkpoints": 130, "logs": 15}

@@ -98,6 +98,13 @@ def test_malformed_metrics_line_names_file_and_line(tmp_path):
         plots.load_run(run_dir)
 
 
+def test_a_torn_last_metrics_line_of_a_live_run_is_skipped(tmp_path):
+    run_dir = make_run(tmp_path, "a")
+    with open(run_dir / "metrics.jsonl", "a") as file:
+        file.write('{"step": 40, "time_s": 24')  # the chief is mid-write: no newline yet
+    assert [m["step"] for m in plots.load_run(run_dir).metrics] == [10, 20, 30]
+
+
 def test_learning_curves(tmp_path):
     runs = [plots.load_run(make_run(tmp_path, "a")),
             plots.load_run(make_run(tmp_path, "b", scores=(None, 4.0, 6.0)))]

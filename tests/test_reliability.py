@@ -20,7 +20,7 @@ import pytest
 
 from conftest import ROOT, dba3c, latest_checkpoint, read_jsonl
 from dba3c import checkpoint
-from dba3c.metrics import truncate_jsonl
+from dba3c.rundir import truncate_jsonl
 
 QUIET = ["eval.every=0", "run.progress=none", "run.log_every=1"]
 # Breakout's A3C-FF network on seeded random batches: no simulators, and batch t depends only

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import dba3c, read_jsonl
 from dba3c import plots
+from dba3c.rundir import SweepDir
 from launch.sweep import point_result, steady_throughput
 
 
@@ -59,7 +60,7 @@ def test_tiny_local_sweep_writes_csv_and_plots(tmp_path):
     out = tmp_path / "plots"
     dba3c("plot", sweep, "--out", out)
     assert (out / "throughput_vs_ps.png").stat().st_size > 0
-    figure = plots.scaling_figures(plots.load_sweep(sweep))["throughput_vs_ps"]
+    figure = plots.scaling_figures(SweepDir(sweep).read_rows())["throughput_vs_ps"]
     lines = figure.axes[0].get_lines()
     assert len(lines) == 1 and list(lines[0].get_xdata()) == [1, 2]
     # a second invocation keeps finished points instead of re-running them
@@ -78,3 +79,17 @@ def test_a_bad_grid_point_is_refused_before_anything_runs(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: train.gamma=-1 "), proc.stderr
     assert "train.gamma=-1 must be" in lines[0]
     assert not sweep.exists()
+
+
+def test_a_foreign_sweep_csv_is_refused_and_left_as_it_was(tmp_path):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "sweep.csv").write_bytes(b"name,score\r\na,1\r\n")
+    proc = dba3c("sweep", "configs/cartpole.yaml", "--grid", "model.hidden=8", "--dir", sweep,
+                 check=False, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert "missing column(s) run_dir, status" in lines[0]
+    assert (sweep / "sweep.csv").read_bytes() == b"name,score\r\na,1\r\n"
+    assert [p.name for p in sweep.iterdir()] == ["sweep.csv"]
