@@ -21,17 +21,10 @@ from dba3c.core import ParameterClient, Params
 from dba3c.envs import EnvPool, ScoreTracker
 from dba3c.errors import TrainingError
 from dba3c.learner import Learner
+from dba3c.rl import sample_actions
 from dba3c.rollout import Batch, RolloutAssembler
 
 AfterStep = Callable[[Params, dict], bool]
-
-
-def sample_actions(pi: np.ndarray, rng: np.random.Generator, greedy: bool = False) -> np.ndarray:
-    """One action per row of pi [B, A]: argmax when greedy, else sampled (inverse CDF)."""
-    if greedy:
-        return pi.argmax(axis=1).astype(np.int32)
-    u = rng.random((pi.shape[0], 1))
-    return np.minimum((u > np.cumsum(pi, axis=1)).sum(axis=1), pi.shape[1] - 1).astype(np.int32)
 
 
 class Actor(threading.Thread):
