@@ -37,7 +37,6 @@ class Actor(threading.Thread):
         self.rng = np.random.default_rng(seed)
         self.seed = seed
         self.scores = ScoreTracker(pool.num_envs, episodic_life)
-        self.version = 0  # parameter version loaded in the learner, set by the trainer
         self.env_frames = 0
         self.t_emulate = self.t_predict = 0.0
         self.error: BaseException | None = None
@@ -53,12 +52,13 @@ class Actor(threading.Thread):
         step = self.pool.reset(self.seed)
         while not self.stopping.is_set():
             t0 = time.perf_counter()
-            pi, v = self.learner.predict(step.obs)  # pi(.|s_{t+1}), V(s_{t+1}): one pass
+            # pi(.|s_{t+1}), V(s_{t+1}): one pass, on the parameters of one version
+            pi, v, version = self.learner.predict_with_version(step.obs)
             a_t = sample_actions(pi, self.rng)
             self.pool.send(a_t)
             t1 = time.perf_counter()
             self.assembler.observe(step, v)  # close transitions that led to these states
-            self.assembler.act(step, a_t, self.version)
+            self.assembler.act(step, a_t, version)
             for batch in self.assembler.pop_batches():
                 self._put(batch)
             t2 = time.perf_counter()
@@ -108,9 +108,8 @@ class Worker:
         if self.cfg.train.reached_max_steps(params.version):  # a finished run started again
             self.stop()
             return params
-        self.learner.set_params(params.theta)
+        self.learner.set_params(params.theta, params.version)
         if self.actor is not None:
-            self.actor.version = params.version
             self.actor.start()
         try:
             while True:
@@ -128,9 +127,7 @@ class Worker:
                         f"stopped at step {new.version}, the last checkpoint is intact")
                 lag = float(params.version - batch.version.mean())  # updates since acting
                 params = new
-                self.learner.set_params(params.theta)
-                if self.actor is not None:
-                    self.actor.version = params.version
+                self.learner.set_params(params.theta, params.version)
                 if after_step(params, self.report(losses, lag)):
                     return params
         finally:
