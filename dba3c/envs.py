@@ -3,7 +3,9 @@
 :class:`EnvPool` hides the difference between ale-py's C++ ``AtariVectorEnv`` (async: each
 ``recv`` returns the ``batch_size`` envs that finished stepping first, so emulation overlaps
 prediction) and a gymnasium vector env (CartPole: every env, every step). Both use NEXT_STEP
-autoreset: the step after a terminal one is a reset step whose action is ignored.
+autoreset: the step after a terminal one is a reset step whose action is ignored. With
+``episodic_life`` a lost life is terminal too, but the game continues (no reset): the game
+ends at its real game over (no lives left) or at the frame cap.
 Rewards come out unclipped (real game scores); the learner clips.
 """
 
@@ -51,7 +53,9 @@ class EnvPool:
                 env_id, num_envs, batch_size=self.batch_size,
                 num_threads=num_threads or min(num_envs, os.cpu_count() or 1),
                 frameskip=frame_skip, repeat_action_probability=sticky_actions,
-                episodic_life=episodic_life, noop_max=noop_max, reward_clipping=False,
+                # ale-py's own episodic_life restarts the game at every lost life;
+                # life_loss_info only makes a lost life terminal, and the game goes on
+                life_loss_info=episodic_life, noop_max=noop_max, reward_clipping=False,
                 max_num_frames_per_episode=max_episode_frames, grayscale=not rgb)
         else:
             import gymnasium as gym
@@ -115,7 +119,6 @@ class ScoreTracker:
     def __init__(self, num_envs: int, episodic_life: bool = False, window: int = 10):
         self.episodic_life = episodic_life
         self.score = np.zeros(num_envs, np.float64)
-        self.length = np.zeros(num_envs, np.int64)
         self.recent: deque[float] = deque(maxlen=window)
         self.num_episodes = 0
 
@@ -123,13 +126,12 @@ class ScoreTracker:
         """Add one batch's rewards; return (env id, score) of the games that just ended."""
         ids = step.env_ids
         self.score[ids] += step.r_t
-        self.length[ids] += 1
         game_over = step.lives <= 0 if self.episodic_life else True
         over = step.truncated | (step.terminated & game_over)
         finished = []
         for i in ids[over]:
             finished.append((int(i), float(self.score[i])))
-            self.score[i], self.length[i] = 0.0, 0
+            self.score[i] = 0.0
         self.recent.extend(score for _, score in finished)
         self.num_episodes += len(finished)
         return finished

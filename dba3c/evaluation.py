@@ -14,7 +14,7 @@ import numpy as np
 
 from dba3c.envs import EnvPool, ScoreTracker, make_env_pool
 from dba3c.learner import Learner
-from dba3c.worker import sample_actions
+from dba3c.rl import sample_actions
 
 
 def play(predict, pool: EnvPool, episodes: int, *, greedy: bool, seed: int,

@@ -1,12 +1,14 @@
 """The TensorFlow side of a worker: batched prediction and flat gradients.
 
-One :class:`Learner` holds the network's variables. The actor thread calls :meth:`predict`;
+One :class:`Learner` holds the network's variables. The actor thread predicts;
 the trainer thread calls :meth:`gradient` and :meth:`set_params`. Every entry point is a
 ``tf.function`` with an input signature, so Python is traced once and each call is one graph
 execution. Gradients leave as one flat float32 vector in the parameter layout.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import tensorflow as tf
@@ -17,7 +19,18 @@ from dba3c.rl import a3c_loss, clip_gradients
 
 
 class Learner:
-    """Variables, prediction and gradient computation for one network."""
+    """Variables, prediction and gradient computation for one network.
+
+    Threading contract: one thread predicts (the actor) while another (the trainer) computes
+    gradients and loads new parameters; each prediction sees exactly one parameter version.
+    Loading a flat vector assigns the variables one by one (one assign op per variable in a
+    ``tf.function``; its ops run concurrently with another thread's graph, not as one atomic
+    step), so a prediction running meanwhile could read some layers old and some new (it did,
+    in up to 8% of predictions, see docs/architecture.md). A lock around each prediction and
+    each assignment rules that out, and :meth:`predict_with_version` says which version
+    acted. :meth:`gradient` takes no lock: it runs on the thread that assigns, and it may
+    overlap a prediction (both only read).
+    """
 
     def __init__(self, spec: NetSpec, train_cfg, theta: np.ndarray):
         self.spec = spec
@@ -52,11 +65,21 @@ class Learner:
                 var.assign(tf.reshape(t, var.shape))
 
         self._predict, self._gradient, self._assign = predict, gradient, assign
+        self._params_lock = threading.Lock()  # a prediction sees one version of the variables
+        self._version = 0
 
     def predict(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """obs [B, ...] -> (pi [B, A] action probabilities, v [B] values), NumPy."""
-        pi, v = self._predict(obs)
-        return pi.numpy(), v.numpy()
+        pi, v, _ = self.predict_with_version(obs)
+        return pi, v
+
+    def predict_with_version(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """:meth:`predict`, and the version (as given to :meth:`set_params`) of the
+        parameters that made the prediction."""
+        with self._params_lock:
+            pi, v = self._predict(obs)
+            version = self._version
+        return pi.numpy(), v.numpy(), version
 
     def gradient(self, obs: np.ndarray, a: np.ndarray, R: np.ndarray) -> tuple[np.ndarray, dict]:
         """The clipped gradient of the A3C loss on one mini-batch, flat float32 [N],
@@ -66,9 +89,12 @@ class Learner:
         stats.update({f"loss/{k}": float(v) for k, v in parts.items()})
         return flat.numpy(), stats
 
-    def set_params(self, theta: np.ndarray) -> None:
-        """Load a flat parameter vector into the variables."""
-        self._assign(theta)
+    def set_params(self, theta: np.ndarray, version: int = 0) -> None:
+        """Load a flat parameter vector, parameter version ``version``, into the variables
+        (after any prediction in progress, which finishes on the previous parameters)."""
+        with self._params_lock:
+            self._assign(theta)
+            self._version = version
 
     def get_params(self) -> np.ndarray:
         """The variables as one flat float32 vector."""

@@ -1,4 +1,5 @@
-"""The reinforcement-learning math: n-step returns, the A3C loss, gradient clipping.
+"""The reinforcement-learning math: n-step returns, the A3C loss, gradient clipping,
+action selection.
 
 Pure functions, no I/O. Shapes: B = data points in a mini-batch, A = actions, T = rollout
 length. Names follow the time index: r_t is the reward after acting at t, v_tp1 the value of
@@ -86,3 +87,20 @@ def clip_gradients(grads: list[tf.Tensor], clip: float, mode: str) -> list[tf.Te
         avg_norm = tf.norm(g) / tf.cast(tf.size(g), g.dtype)
         clipped.append(g * clip / tf.maximum(avg_norm, clip))
     return clipped
+
+
+def sample_actions(pi: np.ndarray, rng: np.random.Generator, greedy: bool = False) -> np.ndarray:
+    """One action per row of pi [B, A]: argmax when greedy, else sampled by inverse CDF.
+
+        u ~ U[0, 1)        a = #{j : cumsum(pi)_j <= u}, at most A - 1
+
+    so P(a) = pi_a. A row summing slightly below 1 (float rounding) gives the missing mass
+    to the last action rather than an out-of-range index.
+
+    Returns:
+      int32 [B].
+    """
+    if greedy:
+        return pi.argmax(axis=1).astype(np.int32)
+    u = rng.random((pi.shape[0], 1))
+    return np.minimum((u >= np.cumsum(pi, axis=1)).sum(axis=1), pi.shape[1] - 1).astype(np.int32)

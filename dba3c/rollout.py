@@ -4,7 +4,9 @@ Per env, transitions (s_t, a_t, r_t) accumulate into a rollout of at most ``t_ma
 A rollout closes when it is full (bootstrap with V(s_{t+n}) predicted for the next state),
 at a truncation (bootstrap with V of the final observation) or at a terminal (bootstrap 0).
 The step after a terminal or truncated one is an autoreset step: its reward and the action
-sent for the final observation are meaningless, so it never enters training data.
+sent for the final observation are meaningless, so it never enters training data. (With
+``env.episodic_life`` the step after a lost life is a real one; it is left out the same way,
+one transition per life.)
 Each data point is (s_t, a_t, R_t, version), version being the parameter version that acted.
 """
 

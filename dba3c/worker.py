@@ -21,17 +21,10 @@ from dba3c.core import ParameterClient, Params
 from dba3c.envs import EnvPool, ScoreTracker
 from dba3c.errors import TrainingError
 from dba3c.learner import Learner
+from dba3c.rl import sample_actions
 from dba3c.rollout import Batch, RolloutAssembler
 
 AfterStep = Callable[[Params, dict], bool]
-
-
-def sample_actions(pi: np.ndarray, rng: np.random.Generator, greedy: bool = False) -> np.ndarray:
-    """One action per row of pi [B, A]: argmax when greedy, else sampled (inverse CDF)."""
-    if greedy:
-        return pi.argmax(axis=1).astype(np.int32)
-    u = rng.random((pi.shape[0], 1))
-    return np.minimum((u > np.cumsum(pi, axis=1)).sum(axis=1), pi.shape[1] - 1).astype(np.int32)
 
 
 class Actor(threading.Thread):
@@ -44,7 +37,6 @@ class Actor(threading.Thread):
         self.rng = np.random.default_rng(seed)
         self.seed = seed
         self.scores = ScoreTracker(pool.num_envs, episodic_life)
-        self.version = 0  # parameter version loaded in the learner, set by the trainer
         self.env_frames = 0
         self.t_emulate = self.t_predict = 0.0
         self.error: BaseException | None = None
@@ -60,12 +52,13 @@ class Actor(threading.Thread):
         step = self.pool.reset(self.seed)
         while not self.stopping.is_set():
             t0 = time.perf_counter()
-            pi, v = self.learner.predict(step.obs)  # pi(.|s_{t+1}), V(s_{t+1}): one pass
+            # pi(.|s_{t+1}), V(s_{t+1}): one pass, on the parameters of one version
+            pi, v, version = self.learner.predict_with_version(step.obs)
             a_t = sample_actions(pi, self.rng)
             self.pool.send(a_t)
             t1 = time.perf_counter()
             self.assembler.observe(step, v)  # close transitions that led to these states
-            self.assembler.act(step, a_t, self.version)
+            self.assembler.act(step, a_t, version)
             for batch in self.assembler.pop_batches():
                 self._put(batch)
             t2 = time.perf_counter()
@@ -115,9 +108,8 @@ class Worker:
         if self.cfg.train.reached_max_steps(params.version):  # a finished run started again
             self.stop()
             return params
-        self.learner.set_params(params.theta)
+        self.learner.set_params(params.theta, params.version)
         if self.actor is not None:
-            self.actor.version = params.version
             self.actor.start()
         try:
             while True:
@@ -135,9 +127,7 @@ class Worker:
                         f"stopped at step {new.version}, the last checkpoint is intact")
                 lag = float(params.version - batch.version.mean())  # updates since acting
                 params = new
-                self.learner.set_params(params.theta)
-                if self.actor is not None:
-                    self.actor.version = params.version
+                self.learner.set_params(params.theta, params.version)
                 if after_step(params, self.report(losses, lag)):
                     return params
         finally:

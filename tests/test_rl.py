@@ -1,4 +1,5 @@
-"""n-step returns, reward clipping, the A3C loss and gradient clipping (dba3c.rl).
+"""n-step returns, reward clipping, the A3C loss, gradient clipping and action sampling
+(dba3c.rl).
 
 Expected values are derived by hand (in comments) or recomputed with plain NumPy.
 """
@@ -7,7 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dba3c.rl import LOG_EPS, a3c_loss, clip_gradients, clip_rewards, n_step_returns
+from dba3c.rl import (LOG_EPS, a3c_loss, clip_gradients, clip_rewards, n_step_returns,
+                      sample_actions)
 
 
 # --------------------------------------------------------------------------- n-step returns
@@ -191,3 +193,51 @@ def test_clip_zero_is_identity(mode):
     out = clip_gradients(grads, 0.0, mode)
     for o, g in zip(out, grads):
         np.testing.assert_array_equal(o.numpy(), g.numpy())
+
+
+# --------------------------------------------------------------------------- action sampling
+
+class FixedUniform:
+    """Stands in for a NumPy Generator whose ``random`` always draws ``u``: probes the
+    inverse CDF at its edges."""
+
+    def __init__(self, u: float):
+        self.u = u
+
+    def random(self, shape) -> np.ndarray:
+        return np.full(shape, self.u)
+
+
+def test_greedy_actions_are_the_argmax_of_each_row():
+    pi = np.array([[0.1, 0.7, 0.2], [0.5, 0.2, 0.3], [0.2, 0.3, 0.5]], np.float32)
+    a = sample_actions(pi, np.random.default_rng(0), greedy=True)
+    assert a.dtype == np.int32
+    assert a.tolist() == [1, 0, 2]
+
+
+def test_sampled_action_frequencies_match_pi():
+    n = 40_000  # draws per distribution
+    rows = np.array([[0.1, 0.2, 0.3, 0.4], [0.7, 0.0, 0.05, 0.25]], np.float32)
+    pi = np.tile(rows, (n, 1))  # the two distributions alternate row by row
+    a = sample_actions(pi, np.random.default_rng(1234))
+    assert a.dtype == np.int32 and a.shape == (2 * n,)
+    for i, p in enumerate(rows.astype(np.float64)):
+        freq = np.bincount(a[i::2], minlength=4) / n
+        # a count of action j is Binomial(n, p_j): standard deviation sqrt(p_j (1 - p_j) / n)
+        # as a frequency (0.0023 at p = .4); allow 4 of them. p_j = 0 must never be drawn.
+        np.testing.assert_array_less(np.abs(freq - p), 4 * np.sqrt(p * (1 - p) / n) + 1e-12)
+
+
+def test_rows_summing_slightly_below_one_stay_in_range():
+    pi = np.array([[0.3, 0.3, 0.3999], [0.25, 0.25, 0.49]], np.float32)  # sums .9999, .99
+    top = np.nextafter(1.0, 0.0)  # the largest u a Generator can draw
+    # every cumulative sum is below u: the missing mass goes to the last action, not to A
+    assert sample_actions(pi, FixedUniform(top)).tolist() == [2, 2]
+    a = sample_actions(np.repeat(pi, 50_000, axis=0), np.random.default_rng(0))
+    assert a.min() >= 0 and a.max() <= 2
+
+
+def test_u_zero_never_draws_a_zero_probability_action():
+    # a = #{j : cumsum_j <= u}: at u = 0 the leading zero-probability actions are skipped
+    pi = np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.5, 0.5, 0.0]], np.float32)
+    assert sample_actions(pi, FixedUniform(0.0)).tolist() == [1, 2, 0]
