@@ -44,7 +44,7 @@ class Chief:
             truncate_jsonl(self.dir / name, self.start_step)
         self.metrics = JsonlWriter(self.dir / "metrics.jsonl")
         self.evals = JsonlWriter(self.dir / "eval.jsonl")
-        self.tb = TensorBoard(self.dir / "tb")
+        self.tb = TensorBoard(self.dir / "tb", use_tensorflow=not cfg.synthetic.enabled)
         self.progress = Progress(cfg.run.progress, cfg.train.max_steps, self.start_step)
         self.t0 = time.monotonic()
         self.step = self.start_step
@@ -142,7 +142,7 @@ class Chief:
         }
         for key in ("loss/policy", "loss/value", "loss/entropy", "loss/total",
                     "perf/policy_lag"):
-            values = [r[key] for r in reps if key in r]
+            values = [r[key] for r in reps if r.get(key) is not None]  # none: synthetic
             record[key] = float(np.mean(values)) if values else None
         for k in FRACTIONS:  # fraction of wall time per worker, averaged over workers
             record[f"time/{k}"] = (times[k] - times_prev.get(k, 0.0)) / dt / max(len(reps), 1)
