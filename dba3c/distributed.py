@@ -333,6 +333,7 @@ class ChiefLink:
         self.statuses = {p: Inbox(t, p, STATUS, 2 + roles.num_workers, np.int64)
                          for p in roles.ps}
         self.answers: dict[int, tuple[int, set[int]]] = {}
+        self.ps_versions: dict[int, int] = {}  # the last version each PS reported
         self.clock = StallClock(cfg.dist.stall_timeout, time.monotonic())
         self.evals = (Inbox(t, roles.evaluator, EVAL, cfg.eval.episodes + 2, np.float64)
                       if roles.evaluator is not None else None)
@@ -397,7 +398,8 @@ class ChiefLink:
         if not self.clock.expired(now):
             return
         if running:
-            ranks, why = stalled_ranks(self.roles.workers, running, self.answers)
+            ranks, why = stalled_ranks(self.roles.workers, running, self.answers,
+                                       self.ps_versions)
         else:  # every shard is final: only the workers' (and evaluator's) goodbyes are due
             ranks = sorted(set(self.roles.workers) - self.final_reports)
             ranks += [] if self.evaluator_done else [self.roles.evaluator]
@@ -410,6 +412,7 @@ class ChiefLink:
         if p == self.roles.ps[0]:
             extra = self.chief.extra
             extra["dist/replicas"] = self.roles.replicas
+        self.ps_versions[p] = int(info[0])
         self.chief.extra[f"dist/dropped_late/ps{p}"] = info[1]
         self.chief.extra["train/nonfinite_skipped"] = info[2]
         if self.cfg.dist.mode == "async" and info[4]:

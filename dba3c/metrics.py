@@ -10,6 +10,7 @@ import json
 import math
 import sys
 import time
+import types
 from pathlib import Path
 
 from dba3c.checkpoint import write_atomic
@@ -104,6 +105,10 @@ class TensorBoard:
         else:
             from tensorboard.summary import Writer
 
+            # tensorboard's file I/O imports TensorFlow unless a module tensorboard.compat.notf
+            # exists (the marker of its no-TensorFlow build): then it uses its own stub
+            sys.modules.setdefault("tensorboard.compat.notf",
+                                   types.ModuleType("tensorboard.compat.notf"))
             self._tf = None
             self._writer = Writer(str(directory))
 

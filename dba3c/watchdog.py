@@ -48,21 +48,27 @@ class StallClock:
 
 
 def stalled_ranks(workers: tuple[int, ...], asked: tuple[int, ...],
-                  answers: dict[int, tuple[int, set[int]]]) -> tuple[list[int], str]:
+                  answers: dict[int, tuple[int, set[int]]],
+                  last_versions: dict[int, int]) -> tuple[list[int], str]:
     """The ranks a synchronous step waits on, and why (for the error message).
 
     Args:
       workers: every worker rank. asked: the parameter servers asked (those not finished).
       answers: parameter server -> (its version, workers whose gradient for that version it
-        holds); a server that did not answer is missing.
-    Returns: sorted ranks: the silent servers and the workers whose gradient a server at the
-    lowest version still lacks (that step blocks every later one).
+        holds); a server that did not answer is silent.
+      last_versions: parameter server -> the last version it reported (before it fell
+        silent).
+    Returns: sorted ranks: the silent servers, and the workers whose gradient a server at the
+    lowest version lacks (that step blocks every later one; a server ahead of a silent one
+    waits for workers that wait for the silent one, so its lacks are not named).
     """
     silent = [p for p in asked if p not in answers]
     reasons = [f"parameter servers {silent} do not answer"] if silent else []
     missing: set[int] = set()
+    versions = [version for version, _ in answers.values()]
+    versions += [last_versions[p] for p in silent if p in last_versions]
     if answers:
-        step = min(version for version, _ in answers.values())
+        step = min(versions)
         for version, arrived in answers.values():
             if version == step:
                 missing |= set(workers) - arrived
