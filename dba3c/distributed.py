@@ -401,12 +401,12 @@ class ChiefLink:
             ranks, why = stalled_ranks(self.roles.workers, running, self.answers,
                                        self.ps_versions)
         else:  # every shard is final: only the workers' (and evaluator's) goodbyes are due
-            ranks = sorted(set(self.roles.workers) - self.final_reports)
-            ranks += [] if self.evaluator_done else [self.roles.evaluator]
+            evaluator = set() if self.evaluator_done else {self.roles.evaluator}
+            ranks = sorted(set(self.roles.workers) - self.final_reports | evaluator)
             why = f"no final report from {ranks}"
-        raise TrainingError(f"no step for {now - self.clock.since:.0f} s, waiting on ranks "
-                            f"{ranks} ({why}; dist.stall_timeout="
-                            f"{self.cfg.dist.stall_timeout:g})")
+        timeout = self.cfg.dist.stall_timeout
+        raise TrainingError(f"no step for {timeout:g} s, waiting on ranks {ranks} ({why}; "
+                            f"dist.stall_timeout={timeout:g})")
 
     def _ps_info(self, p: int, info: np.ndarray) -> None:
         if p == self.roles.ps[0]:

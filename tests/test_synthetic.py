@@ -17,15 +17,22 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
 import pytest
 
 from conftest import ROOT, dba3c, latest_checkpoint, read_jsonl
+from dba3c.adam import AdamState
+from dba3c.distributed import ChiefLink, RemoteParameterClient, run_ps
+from dba3c.errors import TrainingError
 from dba3c.models import NetSpec
+from dba3c.roles import make_roles
 from dba3c.synthetic import slow_ranks, step_seconds, synthetic_gradient
 from dba3c.watchdog import StallClock, query_lead, stalled_ranks
+from dba3c.transport import InProcessTransport, wait_until
+from test_protocol import N, FakeChief, grad_of, make_cfg
 from test_reliability import Job, descendants, error_lines, wait_for_steps
 
 SYN = ["synthetic.enabled=true", "eval.every=0", "eval.rank=false", "run.progress=none"]
@@ -101,6 +108,47 @@ def test_stalled_ranks_names_silent_servers_and_missing_gradients_of_the_lowest_
     assert stalled_ranks(workers, (1, 2), {1: (5, set())}, {1: 5, 2: 4}) == (
         [2], "parameter servers [2] do not answer")
     assert stalled_ranks(workers, (1, 2), {}, {})[0] == [1, 2]
+
+
+def test_the_chief_names_a_worker_whose_gradient_never_comes_in_process():
+    # chief 0 (not training), ps 1-2, workers 3-4 as threads; worker 4 pulls, then hangs
+    cfg = make_cfg(workers=2, ps=2, max_steps=1000, stall_timeout=1.0)
+    roles = make_roles(5, cfg)
+    transports = InProcessTransport.create_world(5)
+    t0 = time.monotonic()  # the watchdog's clock starts with the link
+    link = ChiefLink(transports[0], roles, cfg, FakeChief(), N)
+    link.send_init(0, np.zeros(N, np.float32), AdamState.zeros(N))
+
+    def worker(rank: int) -> None:
+        client = RemoteParameterClient(transports[rank], roles, cfg, N)
+        params = client.pull()
+        while rank == 3 and params is not None:
+            params = client.push(params.version, grad_of(rank, params.version))
+
+    def until_aborted(fn, *args) -> None:
+        try:
+            fn(*args)
+        except RuntimeError as e:  # the end of the test's world, anything else fails it
+            if "aborted" not in str(e):
+                raise
+
+    threads = [threading.Thread(target=until_aborted, args=(run_ps, transports[p], roles,
+                                                             cfg, N)) for p in roles.ps]
+    threads += [threading.Thread(target=until_aborted, args=(worker, w))
+                for w in roles.workers]
+    for thread in threads:
+        thread.daemon = True
+        thread.start()
+    with pytest.raises(TrainingError) as stalled:
+        wait_until(lambda: link.poll() or time.monotonic() - t0 > 30)
+    took = time.monotonic() - t0
+    with pytest.raises(RuntimeError, match="aborted"):  # ends the other threads
+        transports[0].abort(1)
+    for thread in threads:
+        thread.join(timeout=10)
+    assert str(stalled.value) == ("no step for 1 s, waiting on ranks [4] (workers [4]: no "
+                                  "gradient for step 0; dist.stall_timeout=1)")
+    assert 1.0 <= took < 5.0
 
 
 # ---- a synthetic run at scale -------------------------------------------------------------
