@@ -127,6 +127,7 @@ def run_point(config: str, overrides: list[str], point: ScalePoint, *, compute_m
     """One ``dba3c launch`` of synthetic ranks; its steady step time, efficiency,
     throughput and the machine's CPU use."""
     from dba3c.plots import read_jsonl
+    from launch.bench import RssSampler
 
     cfg = load_config(config, [*overrides, *point.overrides()])
     with tempfile.TemporaryDirectory(prefix="dba3c-scale-") as run_dir:
@@ -138,19 +139,34 @@ def run_point(config: str, overrides: list[str], point: ScalePoint, *, compute_m
                f"run.dir={run_dir}"]
         sampler = CpuSampler(Path(run_dir) / "metrics.jsonl")
         sampler.start()
-        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        samples = sampler.stop()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        rss = RssSampler(proc.pid, interval=0.5)
+        rss.start()
+        _, err = proc.communicate()
+        samples, peak_mb = sampler.stop(), rss.stop()
         if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: "
-                               f"{proc.stderr[-2000:]}")
+            raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {err[-2000:]}")
         metrics = read_jsonl(Path(run_dir) / "metrics.jsonl")
     step_s = steady_step_seconds(metrics, warmup) / time_scale
     replicas = point.replicas or point.workers
     return {**asdict(point), "step_ms": 1000 * step_s,
             "efficiency": compute_ms / 1000 / step_s,
             "data_points_per_s": replicas * cfg.train.batch_size / step_s,
-            "cpu_busy": busy_fraction(samples, warmup)}
+            "cpu_busy": busy_fraction(samples, warmup),
+            "peak_rss_mb": peak_by_role(peak_mb, point.ps)}
+
+
+def peak_by_role(peak_mb: dict[str, float], num_ps: int) -> dict[str, float]:
+    """The largest peak RSS (MB) among the chief (rank 0), the parameter servers (ranks
+    1..P) and the other workers, from peaks keyed ``rankR``."""
+    roles: dict[str, float] = {}
+    for key, mb in peak_mb.items():
+        if key.startswith("rank"):
+            rank = int(key[4:])
+            role = "chief" if rank == 0 else "ps" if rank <= num_ps else "worker"
+            roles[role] = max(roles.get(role, 0.0), mb)
+    return roles
 
 
 def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
@@ -183,9 +199,10 @@ def scale_table(r: dict, command: str) -> str:
         backup = f"{p['replicas']}/{p['workers']}" if p["replicas"] else "all"
         slow = (f"{p['slow_workers']} x{p['slow_factor']:g}" if p["slow_workers"] else "none")
         cpu = "?" if p["cpu_busy"] is None else f"{100 * p['cpu_busy']:.0f}%"
+        rss = max(p["peak_rss_mb"].values(), default=0.0)
         rows.append(f"| {p['workers']} | {p['ps']} | {p['hidden']} | {backup} | {slow} | "
                     f"{p['step_ms']:.1f} | {p['efficiency']:.2f} | "
-                    f"{p['data_points_per_s']:.0f} | {cpu} |")
+                    f"{p['data_points_per_s']:.0f} | {cpu} | {rss:.0f} |")
     return "\n".join([
         f"## `dba3c bench --scale{' --quick' if r['quick'] else ''}` on {r['date']}", "",
         f"Command: `{command}`  ", f"Machine: {r['machine']}; config `{r['config']}` "
@@ -195,8 +212,9 @@ def scale_table(r: dict, command: str) -> str:
         f"= steady step time / s over steps {r['warmup_steps'] + 1}-{r['steps']}; E = T_c / "
         f"T_step. Links: {r['links']}, so this measures the protocol and the parameter "
         f"servers, not a network. CPU: the machine's use in the steady window.", "",
-        "| W | P | FC | gradients per step | stragglers | step, ms | E | data points/s | CPU |",
-        "|---|---|---|---|---|---|---|---|---|", *rows, ""]) + "\n"
+        "| W | P | FC | gradients per step | stragglers | step, ms | E | data points/s | CPU "
+        "| peak RSS of a rank, MB |", "|---|---|---|---|---|---|---|---|---|---|", *rows,
+        ""]) + "\n"
 
 
 def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: float | None,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import dba3c
-from launch.scale import (ScalePoint, busy_fraction, cpu_times, run_point, scale_grid,
-                          scale_table, steady_step_seconds)
+from launch.scale import (ScalePoint, busy_fraction, cpu_times, peak_by_role, run_point,
+                          scale_grid, scale_table, steady_step_seconds)
 
 
 def test_grids_cover_the_issue_points_once():
@@ -39,15 +39,22 @@ def test_cpu_use_counts_idle_and_iowait_as_not_busy():
     assert busy_fraction(samples[:2], warmup=5) is None
 
 
+def test_peak_rss_is_grouped_by_role():
+    peaks = {"process": 500.0, "rank0": 110.0, "rank1": 90.0, "rank2": 95.0, "rank3": 80.0,
+             "rank4": 85.0}
+    assert peak_by_role(peaks, num_ps=2) == {"chief": 110.0, "ps": 95.0, "worker": 85.0}
+
+
 def test_table_lists_every_point_with_its_settings():
     point = {"workers": 16, "ps": 4, "hidden": 128, "replicas": 15, "slow_workers": 1,
              "slow_factor": 2.0, "step_ms": 20.5, "efficiency": 0.65,
-             "data_points_per_s": 23414.6, "cpu_busy": 0.4}
+             "data_points_per_s": 23414.6, "cpu_busy": 0.4,
+             "peak_rss_mb": {"chief": 110.2, "ps": 95.0, "worker": 90.0}}
     r = {"quick": True, "date": "2026-11-23", "machine": "test CPU", "config": "c.yaml",
          "overrides": [], "compute_ms": 12.8, "compute_ms_source": "assumed", "time_scale": 10,
          "warmup_steps": 5, "steps": 15, "links": "shared memory", "points": [point]}
     table = scale_table(r, "dba3c bench --scale --quick")
-    assert "| 16 | 4 | 128 | 15/16 | 1 x2 | 20.5 | 0.65 | 23415 | 40% |" in table
+    assert "| 16 | 4 | 128 | 15/16 | 1 x2 | 20.5 | 0.65 | 23415 | 40% | 110 |" in table
     assert "T_c = 12.8 ms (assumed)" in table
 
 
@@ -62,6 +69,8 @@ def test_a_small_run_steps_no_faster_than_its_slowest_worker(point, floor):
     assert r["efficiency"] == pytest.approx(20.0 / r["step_ms"])
     assert r["data_points_per_s"] == pytest.approx(2 * 32 / (r["step_ms"] / 1000))
     assert r["cpu_busy"] is None or 0.0 <= r["cpu_busy"] <= 1.0
+    assert set(r["peak_rss_mb"]) == {"chief", "ps", "worker"}
+    assert all(20 < mb <= 150 for mb in r["peak_rss_mb"].values()), r["peak_rss_mb"]
 
 
 def test_bad_scale_options_are_refused():
