@@ -45,12 +45,14 @@ from dba3c.adam import AdamState
 from dba3c.config import Config
 from dba3c.core import Params, ShardServer
 from dba3c.errors import TrainingError, UserError
+from dba3c.models import NetSpec
 from dba3c.pacing import ReplyPacer
 from dba3c.params import shard_bounds
 from dba3c.roles import Roles, check_num_shards, make_roles
 from dba3c.synthetic import check_slow_workers
 from dba3c.transport import ANY_SOURCE, Transport, wait_until
 from dba3c.watchdog import StallClock, stalled_ranks
+from dba3c.worker import Worker
 
 GRAD, PARAMS, SNAPSHOT, STATE, PSINFO, STATS, CONTROL, EVAL, STATUS = range(1, 10)
 HEADER = 8  # float32 slots = 4 int64
@@ -503,7 +505,7 @@ def run_evaluator(t: Transport, roles: Roles, cfg: Config, spec) -> None:
 
 
 # ---- one rank -----------------------------------------------------------------------------
-def make_worker(cfg: Config, rank: int, spec, roles: Roles):
+def make_worker(cfg: Config, rank: int, spec: NetSpec, roles: Roles) -> Worker:
     """This rank's trainer loop: simulators and a TensorFlow learner, or with
     ``synthetic.enabled`` a :class:`~dba3c.synthetic.SyntheticWorker` (no TensorFlow)."""
     if cfg.synthetic.enabled:
@@ -512,7 +514,6 @@ def make_worker(cfg: Config, rank: int, spec, roles: Roles):
         return SyntheticWorker(cfg, rank, spec.layout().num_params, roles.workers)
     from dba3c.envs import make_env_pool
     from dba3c.learner import Learner
-    from dba3c.worker import Worker
 
     pool = None if cfg.debug.synthetic_data else make_env_pool(cfg.env, cfg.model)
     return Worker(cfg, rank, Learner(spec, cfg.train, spec.init_params(0)), pool)
