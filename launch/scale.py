@@ -15,7 +15,6 @@ cluster (links at rate / s) the same harness measures the network too.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -205,15 +204,15 @@ def scale_table(r: dict, command: str) -> str:
                     f"{p['data_points_per_s']:.0f} | {cpu} | {rss:.0f} |")
     return "\n".join([
         f"## `dba3c bench --scale{' --quick' if r['quick'] else ''}` on {r['date']}", "",
-        f"Command: `{command}`  ", f"Machine: {r['machine']}; config `{r['config']}` "
-        f"{' '.join(r['overrides'])}", "",
-        f"Synthetic-compute ranks, T_c = {r['compute_ms']:.1f} ms ({r['compute_ms_source']}), "
-        f"time scale s = {r['time_scale']:g} (each worker waits T_c x s per step); step time "
-        f"= steady step time / s over steps {r['warmup_steps'] + 1}-{r['steps']}; E = T_c / "
-        f"T_step. Links: {r['links']}, so this measures the protocol and the parameter "
-        f"servers, not a network. CPU: the machine's use in the steady window.", "",
-        "| W | P | FC | gradients per step | stragglers | step, ms | E | data points/s | CPU "
-        "| peak RSS of a rank, MB |", "|---|---|---|---|---|---|---|---|---|---|", *rows,
+        f"Command: `{command}`  ", (f"Machine: {r['machine']}; config `{r['config']}` "
+                                    f"{' '.join(r['overrides'])}"), "",
+        (f"Synthetic-compute ranks, T_c = {r['compute_ms']:.1f} ms ({r['compute_ms_source']}), "
+         f"time scale s = {r['time_scale']:g} (each worker waits T_c x s per step); step time "
+         f"= steady step time / s over steps {r['warmup_steps'] + 1}-{r['steps']}; E = T_c / "
+         f"T_step. Links: {r['links']}, so this measures the protocol and the parameter "
+         f"servers, not a network. CPU: the machine's use in the steady window."), "",
+        ("| W | P | FC | gradients per step | stragglers | step, ms | E | data points/s | CPU "
+         "| peak RSS of a rank, MB |"), "|---|---|---|---|---|---|---|---|---|---|", *rows,
         ""]) + "\n"
 
 

@@ -19,19 +19,20 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import ROOT, dba3c, latest_checkpoint, read_jsonl
 from dba3c.adam import AdamState
-from dba3c.distributed import ChiefLink, RemoteParameterClient, run_ps
+from dba3c.distributed import STATS, ChiefLink, RemoteParameterClient, report_vector, run_ps
 from dba3c.errors import TrainingError
 from dba3c.models import NetSpec
 from dba3c.roles import make_roles
 from dba3c.synthetic import slow_ranks, step_seconds, synthetic_gradient
-from dba3c.watchdog import StallClock, query_lead, stalled_ranks
 from dba3c.transport import InProcessTransport, wait_until
+from dba3c.watchdog import StallClock, query_lead, stalled_ranks
 from test_protocol import N, FakeChief, grad_of, make_cfg
 from test_reliability import Job, descendants, error_lines, wait_for_steps
 
@@ -110,20 +111,16 @@ def test_stalled_ranks_names_silent_servers_and_missing_gradients_of_the_lowest_
     assert stalled_ranks(workers, (1, 2), {}, {})[0] == [1, 2]
 
 
-def test_the_chief_names_a_worker_whose_gradient_never_comes_in_process():
-    # chief 0 (not training), ps 1-2, workers 3-4 as threads; worker 4 pulls, then hangs
-    cfg = make_cfg(workers=2, ps=2, max_steps=1000, stall_timeout=1.0)
+def stall_in_process(worker_fn, max_steps: int) -> tuple[str, float]:
+    """Chief 0 (not training), ps 1-2, workers 3-4 as threads, dist.stall_timeout 1 s;
+    ``worker_fn(rank, client, transport)`` plays each worker. The chief's error message and
+    the seconds it took to come."""
+    cfg = make_cfg(workers=2, ps=2, max_steps=max_steps, stall_timeout=1.0)
     roles = make_roles(5, cfg)
     transports = InProcessTransport.create_world(5)
     t0 = time.monotonic()  # the watchdog's clock starts with the link
     link = ChiefLink(transports[0], roles, cfg, FakeChief(), N)
     link.send_init(0, np.zeros(N, np.float32), AdamState.zeros(N))
-
-    def worker(rank: int) -> None:
-        client = RemoteParameterClient(transports[rank], roles, cfg, N)
-        params = client.pull()
-        while rank == 3 and params is not None:
-            params = client.push(params.version, grad_of(rank, params.version))
 
     def until_aborted(fn, *args) -> None:
         try:
@@ -134,8 +131,9 @@ def test_the_chief_names_a_worker_whose_gradient_never_comes_in_process():
 
     threads = [threading.Thread(target=until_aborted, args=(run_ps, transports[p], roles,
                                                              cfg, N)) for p in roles.ps]
-    threads += [threading.Thread(target=until_aborted, args=(worker, w))
-                for w in roles.workers]
+    threads += [threading.Thread(target=until_aborted, args=(
+        worker_fn, w, RemoteParameterClient(transports[w], roles, cfg, N), transports[w]))
+        for w in roles.workers]
     for thread in threads:
         thread.daemon = True
         thread.start()
@@ -146,8 +144,33 @@ def test_the_chief_names_a_worker_whose_gradient_never_comes_in_process():
         transports[0].abort(1)
     for thread in threads:
         thread.join(timeout=10)
-    assert str(stalled.value) == ("no step for 1 s, waiting on ranks [4] (workers [4]: no "
-                                  "gradient for step 0; dist.stall_timeout=1)")
+    return str(stalled.value), took
+
+
+def test_the_chief_names_a_worker_whose_gradient_never_comes_in_process():
+    def worker(rank, client, _transport):  # worker 4 pulls, then hangs
+        params = client.pull()
+        while rank == 3 and params is not None:
+            params = client.push(params.version, grad_of(rank, params.version))
+
+    error, took = stall_in_process(worker, max_steps=1000)
+    assert error == ("no step for 1 s, waiting on ranks [4] (workers [4]: no gradient for "
+                     "step 0; dist.stall_timeout=1)")
+    assert 1.0 <= took < 5.0
+
+
+def test_the_chief_names_a_worker_that_never_says_goodbye_in_process():
+    def worker(rank, client, transport):  # both train to the end; only worker 3 reports
+        params = client.pull()
+        while params is not None:
+            params = client.push(params.version, grad_of(rank, params.version))
+        if rank == 3:
+            transport.isend(np.append(report_vector({}, final=True), rank), 0, STATS)
+            client.close()
+
+    error, took = stall_in_process(worker, max_steps=3)
+    assert error == ("no step for 1 s, waiting on ranks [4] (no final report from [4]; "
+                     "dist.stall_timeout=1)")
     assert 1.0 <= took < 5.0
 
 
@@ -183,13 +206,13 @@ def test_sixteen_synthetic_workers_and_four_ps_run_exact_steps_without_tensorflo
                "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(rc)")
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", wrapper, *map(str, launch)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300,
+                          capture_output=True, text=True, timeout=300, check=False,
                           env=dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPROFILEIMPORTTIME="1"))
     wall = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]
     world = NUM_WORKERS + NUM_PS
     # every rank reached the protocol (imported it), none imported TensorFlow
-    assert len(re.findall(r"\|\s*dba3c\.distributed$", proc.stderr, re.M)) == world
+    assert len(re.findall(r"\|\s*dba3c\.distributed$", proc.stderr, re.MULTILINE)) == world
     assert not [line for line in proc.stderr.splitlines() if TF_IMPORT.search(line)]
     peak_mb = int(proc.stdout.split()[-1]) / 1024
     print(f"{world} ranks: {wall:.0f} s, peak RSS of the largest process {peak_mb:.0f} MB")
@@ -215,7 +238,7 @@ def rank_pid(job: Job, rank: int) -> int:
     while time.monotonic() < deadline:
         for pid in descendants(job.proc.pid):
             try:
-                environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
             if f"PMI_RANK={rank}".encode() in environ:
