@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+
 import pytest
 
 from conftest import dba3c
@@ -80,3 +83,27 @@ def test_bad_scale_options_are_refused():
         proc = dba3c("bench", *args, check=False, timeout=60)
         assert proc.returncode == 2 and proc.stderr.startswith("error: ") and \
             expected in proc.stderr, proc.stderr
+
+
+def test_scale_command_writes_every_point_to_json_and_appends_the_table(tmp_path, monkeypatch):
+    import launch.scale as scale
+
+    def measured(config, overrides, point, *, compute_ms, time_scale, steps, warmup):
+        # what a run would return: here a step of T_c + 1 ms per worker
+        step_ms = compute_ms + point.workers
+        return {**asdict(point), "step_ms": step_ms, "efficiency": compute_ms / step_ms,
+                "data_points_per_s": 1000.0, "cpu_busy": 0.5, "peak_rss_mb": {"chief": 100.0}}
+
+    monkeypatch.setattr(scale, "run_point", measured)
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n")
+    table = scale.scale_command("configs/breakout.yaml", [], True, None, 10.0,
+                                tmp_path / "scale.json", docs)
+    results = json.loads((tmp_path / "scale.json").read_text())
+    assert [(p["workers"], p["ps"]) for p in results["points"]][:6] == [
+        (1, 1), (1, 4), (4, 1), (4, 4), (16, 1), (16, 4)]
+    assert results["compute_ms"] == pytest.approx(77 * 2 / 12) and results["time_scale"] == 10
+    assert "assumed" in results["compute_ms_source"]
+    assert docs.read_text() == "# Benchmarks\n\n" + table
+    assert "Command: `dba3c bench --scale --quick --time-scale 10`" in table
+    assert table.count("\n| 16 | 4 |") == 6  # 16 x 4 at FC 128, 32, 512, and 3 backup rows
