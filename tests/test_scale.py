@@ -86,7 +86,7 @@ def test_bad_scale_options_are_refused():
 
 
 def test_scale_command_writes_every_point_to_json_and_appends_the_table(tmp_path, monkeypatch):
-    import launch.scale as scale
+    from launch import scale
 
     def measured(config, overrides, point, *, compute_ms, time_scale, steps, warmup):
         # what a run would return: here a step of T_c + 1 ms per worker
