@@ -41,7 +41,7 @@ class Chief:
         self.run_dir.truncate_logs(self.start_step)
         self.metrics = JsonlWriter(self.run_dir.metrics_path)
         self.evals = JsonlWriter(self.run_dir.evals_path)
-        self.tb = TensorBoard(self.run_dir.tensorboard_dir)
+        self.tb = TensorBoard(self.run_dir.tensorboard_dir, use_tensorflow=not cfg.synthetic.enabled)
         self.progress = Progress(cfg.run.progress, cfg.train.max_steps, self.start_step)
         self.t0 = time.monotonic()
         self.step = self.start_step
@@ -139,7 +139,7 @@ class Chief:
         }
         for key in ("loss/policy", "loss/value", "loss/entropy", "loss/total",
                     "perf/policy_lag"):
-            values = [r[key] for r in reps if key in r]
+            values = [r[key] for r in reps if r.get(key) is not None]  # none: synthetic
             record[key] = float(np.mean(values)) if values else None
         for k in FRACTIONS:  # fraction of wall time per worker, averaged over workers
             record[f"time/{k}"] = (times[k] - times_prev.get(k, 0.0)) / dt / max(len(reps), 1)

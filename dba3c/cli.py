@@ -76,6 +76,14 @@ def make_parser() -> argparse.ArgumentParser:
                    help="instead: one long 1 worker + 1 PS run (evaluations on) measuring "
                    "peak RSS per rank over time and run-directory growth")
     p.add_argument("--run-dir", default="runs/bench-long", help="run directory of --long")
+    p.add_argument("--scale", action="store_true",
+                   help="instead: synthetic-compute runs over a grid of workers, parameter "
+                   "servers, FC sizes and backup workers -> bench/scale.json")
+    p.add_argument("--compute-ms", type=float, default=None,
+                   help="--scale: a worker's compute time per step T_c (default: an assumed "
+                   "12-core node)")
+    p.add_argument("--time-scale", type=float, default=10.0,
+                   help="--scale: workers wait T_c x this per step (default 10)")
 
     sub.add_parser("submit", help="submit to Slurm with submitit (see `dba3c submit --help`)")
 
@@ -249,7 +257,20 @@ def cmd_bench(args) -> int:
     from launch.bench import bench_command, long_command
 
     load_config(args.config, args.overrides)  # refuse bad input before minutes of work
-    if args.long is None:
+    if args.scale:
+        from launch.scale import scale_command
+
+        if args.long is not None:
+            raise UserError("--scale and --long are separate benchmarks: give one of them")
+        if args.compute_ms is not None and args.compute_ms <= 0:
+            raise UserError(f"--compute-ms {args.compute_ms:g} must be a positive number of "
+                            f"milliseconds")
+        if args.time_scale < 1:
+            raise UserError(f"--time-scale {args.time_scale:g} must be at least 1")
+        table = scale_command(args.config, args.overrides, args.quick, args.compute_ms,
+                              args.time_scale, Path(args.out).with_name("scale.json"),
+                              Path(args.docs))
+    elif args.long is None:
         table = bench_command(args.config, args.overrides, args.quick, Path(args.out),
                               Path(args.docs))
     else:

@@ -133,6 +133,8 @@ class DistConfig:
     workers: int = _opt(0, NON_NEGATIVE, "ranks computing gradients; 0 = from the world size")
     replicas_to_aggregate: int = _opt(0, NON_NEGATIVE, "gradients per step; 0 = all workers")
     chief_trains: bool = _opt(True, None, "rank 0 computes gradients too")
+    stall_timeout: float = _opt(300.0, NON_NEGATIVE, "seconds without a global step before "
+                                "the chief ends the job naming the ranks it waits on; 0 = never")
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,18 @@ class DebugConfig:
 
 
 @dataclass(frozen=True)
+class SyntheticConfig:
+    """Synthetic-compute ranks for scale tests: no TensorFlow, no simulators; each worker
+    waits its compute time, then sends a seeded gradient of the real model's size."""
+
+    enabled: bool = _opt(False, None, "workers wait compute_ms instead of computing")
+    compute_ms: float = _opt(100.0, NON_NEGATIVE, "per-step compute time of a worker")
+    jitter: float = _opt(0.0, NON_NEGATIVE, "per-step time x (1 + jitter x Exp(1)), seeded")
+    slow_workers: int = _opt(0, NON_NEGATIVE, "the last K workers are stragglers")
+    slow_factor: float = _opt(2.0, _between(1, INF), "a straggler's compute-time multiple")
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole resolved configuration."""
 
@@ -188,6 +202,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
     def to_dict(self) -> dict:
         """The config as nested plain dicts (what ``config.yaml`` holds)."""
@@ -197,6 +212,7 @@ class Config:
 SECTIONS: dict[str, type] = {
     "env": EnvConfig, "model": ModelConfig, "train": TrainConfig, "adam": AdamConfig,
     "dist": DistConfig, "eval": EvalConfig, "run": RunConfig, "debug": DebugConfig,
+    "synthetic": SyntheticConfig,
 }
 
 
@@ -280,9 +296,27 @@ def _cross_field_errors(cfg: Config) -> list[str]:
     if cfg.dist.mode == "async" and cfg.dist.replicas_to_aggregate not in (0, 1):
         errors.append(f"dist.replicas_to_aggregate={cfg.dist.replicas_to_aggregate} has no "
                       f"meaning in dist.mode=async (use 0)")
+    if cfg.synthetic.enabled:
+        errors += _synthetic_errors(cfg)
     if cfg.train.max_steps == 0 and cfg.train.max_seconds == 0:
         errors.append("train.max_steps=0 and train.max_seconds=0: the run would never end "
                       "(set at least one)")
+    return errors
+
+
+def _synthetic_errors(cfg: Config) -> list[str]:
+    """What synthetic-compute ranks cannot do: evaluate (that needs TensorFlow)."""
+    errors = []
+    if cfg.eval.every:
+        errors.append(f"eval.every={cfg.eval.every} needs a network, and synthetic.enabled=true "
+                      f"runs none (set eval.every=0)")
+    if cfg.eval.rank:
+        errors.append("eval.rank=true: synthetic.enabled=true runs no evaluator rank "
+                      "(set eval.rank=false)")
+    workers = cfg.dist.workers
+    if workers and cfg.synthetic.slow_workers > workers:
+        errors.append(f"synthetic.slow_workers={cfg.synthetic.slow_workers} must be <= "
+                      f"dist.workers={workers}")
     return errors
 
 

@@ -13,8 +13,11 @@ Messages are float32 buffers whose first 8 slots are an int64 header
                             shard: the chief's INIT at start, the PS's checkpoints and final.
   PSINFO   PS -> chief      float64 [version, dropped, nonfinite, staleness sum/count/max].
   STATS    worker -> chief  float64 report (REPORT_KEYS); flag slot marks the last one.
-  CONTROL  chief <-> PS     int64 [command, argument]: STOP, STOP_AT s, and the PS's reply.
+  CONTROL  chief <-> PS     int64 [command, argument]: STOP, STOP_AT s, QUERY, and the PS's
+                            reply to STOP.
   EVAL     evaluator -> chief float64 [step, n, scores...]; step -1 = evaluator finished.
+  STATUS   PS -> chief      int64 [version, n, ranks...]: the answer to QUERY, the workers
+                            whose gradient for its current version the PS holds.
 
 Synchronous step t: each worker sends its gradient at theta_t to every PS; each PS averages
 the first R gradients for t, applies Adam and broadcasts theta_{t+1}; older gradients are
@@ -24,6 +27,10 @@ Stopping: a PS finishes at ``train.max_steps``; otherwise the chief sends STOP, 
 freezes and replies its version, and the chief sends STOP_AT (the highest reply), so every
 shard ends at the same version. A PS then sends its final state, DONE, and drains gradients
 until every worker said BYE, so no message is left in flight.
+
+Stall watchdog (:mod:`dba3c.watchdog`): when no global step completes for
+``dist.stall_timeout`` seconds the chief QUERYs the parameter servers, names the silent ones
+and the workers whose gradient they lack, and fails the job.
 """
 
 from __future__ import annotations
@@ -38,14 +45,18 @@ from dba3c.adam import AdamState
 from dba3c.config import Config
 from dba3c.core import Params, ShardServer
 from dba3c.errors import TrainingError, UserError
+from dba3c.models import NetSpec
 from dba3c.pacing import ReplyPacer
 from dba3c.params import shard_bounds
 from dba3c.roles import Roles, check_num_shards, make_roles
+from dba3c.synthetic import check_slow_workers
 from dba3c.transport import ANY_SOURCE, Transport, wait_until
+from dba3c.watchdog import StallClock, stalled_ranks
+from dba3c.worker import Worker
 
-GRAD, PARAMS, SNAPSHOT, STATE, PSINFO, STATS, CONTROL, EVAL = range(1, 9)
+GRAD, PARAMS, SNAPSHOT, STATE, PSINFO, STATS, CONTROL, EVAL, STATUS = range(1, 10)
 HEADER = 8  # float32 slots = 4 int64
-STOP, STOP_AT, FROZEN = 1, 2, 3
+STOP, STOP_AT, FROZEN, QUERY = 1, 2, 3, 4
 REPORT_KEYS = ("loss/policy", "loss/value", "loss/entropy", "loss/total", "perf/policy_lag",
                "count/data_points", "count/env_frames", "count/episodes",
                "train/online_score", "time/compute", "time/wait_data", "time/wait_params",
@@ -134,6 +145,7 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
     grads = {w: Inbox(t, w, GRAD, HEADER + n) for w in roles.workers}
     control = Inbox(t, 0, CONTROL, 2, np.int64)
     finished, frozen, stop_at, byes = False, False, None, set()
+    arrived: set[int] = set()  # workers whose gradient for the current version is summed
 
     def params_message(version: int) -> np.ndarray:
         buf = message(n)
@@ -189,7 +201,12 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
         command = None if finished else control.poll()
         if command is not None:
             busy = True
-            if command[0] == STOP and cfg.dist.mode == "async":
+            if command[0] == QUERY:
+                status = np.zeros(2 + len(roles.workers), np.int64)
+                status[:2] = (server.version, len(arrived))
+                status[2:2 + len(arrived)] = sorted(arrived)
+                sender.send(status, [0], STATUS)
+            elif command[0] == STOP and cfg.dist.mode == "async":
                 finish()
             elif command[0] == STOP:
                 frozen = True
@@ -213,8 +230,11 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
             if version == -1:
                 byes.add(w)
             elif not finished and server.offer(version, payload(msg)):
+                arrived.clear()
                 reply = [w] if cfg.dist.mode == "async" else list(roles.workers)
                 after_update(reply)
+            elif not finished and version == server.version:
+                arrived.add(w)
         if not busy:
             time.sleep(pacer.pause(time.monotonic(), sending=not sender.idle()))
 
@@ -312,6 +332,11 @@ class ChiefLink:
         self.states = {p: Inbox(t, p, STATE, HEADER + 3 * (hi - lo))
                        for p, (lo, hi) in zip(roles.ps, self.bounds)}
         self.replies = {p: Inbox(t, p, CONTROL, 2, np.int64) for p in roles.ps}
+        self.statuses = {p: Inbox(t, p, STATUS, 2 + roles.num_workers, np.int64)
+                         for p in roles.ps}
+        self.answers: dict[int, tuple[int, set[int]]] = {}
+        self.ps_versions: dict[int, int] = {}  # the last version each PS reported
+        self.clock = StallClock(cfg.dist.stall_timeout, time.monotonic())
         self.evals = (Inbox(t, roles.evaluator, EVAL, cfg.eval.episodes + 2, np.float64)
                       if roles.evaluator is not None else None)
         self.pending_state: dict[int, dict[int, np.ndarray]] = {}
@@ -344,6 +369,7 @@ class ChiefLink:
             self.chief.worker_report(rank, report)
             if final:
                 self.final_reports.add(rank)
+                self.clock.progress(time.monotonic())
         for p, inbox in self.infos.items():
             while (info := inbox.poll()) is not None:
                 self._ps_info(p, info)
@@ -354,14 +380,41 @@ class ChiefLink:
             step, count = int(res[0]), int(res[1])
             if step == -1:
                 self.evaluator_done = True
+                self.clock.progress(time.monotonic())
             else:
                 self.chief.on_eval(step, list(res[2:2 + count]))
         self._stop_protocol()
+        self._watch()
+
+    def _watch(self) -> None:
+        """The stall watchdog: QUERY the parameter servers shortly before
+        ``dist.stall_timeout``; at the timeout fail, naming the ranks the run waits on."""
+        for p, inbox in self.statuses.items():
+            while (status := inbox.poll()) is not None:
+                self.answers[p] = (int(status[0]), set(status[2:2 + status[1]].tolist()))
+        now = time.monotonic()
+        running = tuple(p for p in self.roles.ps if p not in self.final_states)
+        if self.clock.query_due(now) and running:
+            self.answers.clear()
+            self.sender.send(np.array([QUERY, 0], np.int64), running, CONTROL)
+        if not self.clock.expired(now):
+            return
+        if running:
+            ranks, why = stalled_ranks(self.roles.workers, running, self.answers,
+                                       self.ps_versions)
+        else:  # every shard is final: only the workers' (and evaluator's) goodbyes are due
+            evaluator = set() if self.evaluator_done else {self.roles.evaluator}
+            ranks = sorted(set(self.roles.workers) - self.final_reports | evaluator)
+            why = f"no final report from {ranks}"
+        timeout = self.cfg.dist.stall_timeout
+        raise TrainingError(f"no step for {timeout:g} s, waiting on ranks {ranks} ({why}; "
+                            f"dist.stall_timeout={timeout:g})")
 
     def _ps_info(self, p: int, info: np.ndarray) -> None:
         if p == self.roles.ps[0]:
             extra = self.chief.extra
             extra["dist/replicas"] = self.roles.replicas
+        self.ps_versions[p] = int(info[0])
         self.chief.extra[f"dist/dropped_late/ps{p}"] = info[1]
         self.chief.extra["train/nonfinite_skipped"] = info[2]
         if self.cfg.dist.mode == "async" and info[4]:
@@ -369,12 +422,14 @@ class ChiefLink:
             self.chief.extra["dist/staleness_max"] = info[5]
         if p == self.roles.ps[0] and int(info[0]) > self.chief.step:
             self.chief.on_step(int(info[0]))
+            self.clock.progress(time.monotonic())
 
     def _state(self, p: int, msg: np.ndarray) -> None:
         version, count, final = (int(x) for x in header(msg)[:3])
         self.pending_state.setdefault(version, {})[p] = msg
         if final:
             self.final_states.add(p)
+            self.clock.progress(time.monotonic())
         shards = self.pending_state[version]
         if len(shards) < len(self.roles.ps):
             return
@@ -450,18 +505,27 @@ def run_evaluator(t: Transport, roles: Roles, cfg: Config, spec) -> None:
 
 
 # ---- one rank -----------------------------------------------------------------------------
+def make_worker(cfg: Config, rank: int, spec: NetSpec, roles: Roles) -> Worker:
+    """This rank's trainer loop: simulators and a TensorFlow learner, or with
+    ``synthetic.enabled`` a :class:`~dba3c.synthetic.SyntheticWorker` (no TensorFlow)."""
+    if cfg.synthetic.enabled:
+        from dba3c.synthetic import SyntheticWorker
+
+        return SyntheticWorker(cfg, rank, spec.layout().num_params, roles.workers)
+    from dba3c.envs import make_env_pool
+    from dba3c.learner import Learner
+
+    pool = None if cfg.debug.synthetic_data else make_env_pool(cfg.env, cfg.model)
+    return Worker(cfg, rank, Learner(spec, cfg.train, spec.init_params(0)), pool)
+
+
 def run_worker(t: Transport, roles: Roles, cfg: Config, spec, link: ChiefLink | None = None,
                chief=None) -> None:
     """Train on this rank; the chief (rank 0) passes its link and Chief to do its duties
     while it waits for parameters."""
-    from dba3c.envs import make_env_pool
-    from dba3c.learner import Learner
-    from dba3c.worker import Worker
-
-    num_params = spec.layout().num_params
-    pool = None if cfg.debug.synthetic_data else make_env_pool(cfg.env, cfg.model)
-    worker = Worker(cfg, t.rank, Learner(spec, cfg.train, spec.init_params(0)), pool)
-    client = RemoteParameterClient(t, roles, cfg, num_params, idle=link.poll if link else None)
+    worker = make_worker(cfg, t.rank, spec, roles)
+    client = RemoteParameterClient(t, roles, cfg, spec.layout().num_params,
+                                   idle=link.poll if link else None)
     sender = Sender(t)
 
     evaluator = None
@@ -538,10 +602,12 @@ def train_distributed(cfg: Config) -> int:
 
     t = MpiTransport()
     try:
-        make_roles(t.size, cfg)
+        roles = make_roles(t.size, cfg)
         spec = make_spec(cfg)
         if t.size > 1:
             check_num_shards(cfg.dist.ps, spec.layout().num_params)
+        if cfg.synthetic.enabled:
+            check_slow_workers(cfg.synthetic.slow_workers, roles.num_workers)
     except UserError as e:  # every rank finds the same problem; one reports it
         if t.rank == 0:
             print(f"error: {e}", file=sys.stderr, flush=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+import types
 from pathlib import Path
 
 
@@ -47,19 +48,36 @@ class Progress:
 
 
 class TensorBoard:
-    """Scalars under ``tb/`` for TensorBoard."""
+    """Scalars under ``tb/`` for TensorBoard, written through TensorFlow's summary API, or
+    without TensorFlow (``use_tensorflow=False``: tensorboard's own writer, for
+    synthetic-compute runs that must not import TensorFlow)."""
 
-    def __init__(self, directory: Path):
-        import tensorflow as tf
+    def __init__(self, directory: Path, use_tensorflow: bool = True):
+        if use_tensorflow:
+            import tensorflow as tf
 
-        self._tf = tf
-        self._writer = tf.summary.create_file_writer(str(directory))
+            self._tf = tf
+            self._writer = tf.summary.create_file_writer(str(directory))
+        else:
+            from tensorboard.summary import Writer
+
+            # tensorboard's file I/O imports TensorFlow unless a module tensorboard.compat.notf
+            # exists (the marker of its no-TensorFlow build): then it uses its own stub
+            sys.modules.setdefault("tensorboard.compat.notf",
+                                   types.ModuleType("tensorboard.compat.notf"))
+            self._tf = None
+            self._writer = Writer(str(directory))
 
     def write(self, step: int, record: dict) -> None:
         """Every numeric entry of ``record`` as a scalar at ``step``."""
-        with self._writer.as_default(step=step):
-            for key, value in record.items():
-                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
+        scalars = {key: value for key, value in record.items()
+                   if key != "step" and isinstance(value, (int, float)) and math.isfinite(value)}
+        if self._tf is None:
+            for key, value in scalars.items():
+                self._writer.add_scalar(key, value, step)
+        else:
+            with self._writer.as_default(step=step):
+                for key, value in scalars.items():
                     self._tf.summary.scalar(key, value)
         self._writer.flush()
 

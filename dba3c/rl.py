@@ -8,8 +8,12 @@ the state at t+1.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import tensorflow as tf
+
+if TYPE_CHECKING:  # the loss and clipping import TensorFlow when called; the returns, used
+    import tensorflow as tf  # by synthetic-compute workers too, need only NumPy
 
 LOG_EPS = 1e-6  # guard in log(pi + eps), as in the BA3C reference code
 
@@ -60,6 +64,8 @@ def a3c_loss(logits: tf.Tensor, v: tf.Tensor, a: tf.Tensor, R: tf.Tensor, *,
     Returns:
       (L, {"policy": L_policy, "value": L_value, "entropy": H, "advantage": mean adv}).
     """
+    import tensorflow as tf
+
     pi = tf.nn.softmax(logits)
     log_pi = tf.math.log(pi + LOG_EPS)
     log_pi_a = tf.reduce_sum(log_pi * tf.one_hot(a, tf.shape(logits)[-1]), axis=-1)
@@ -78,6 +84,8 @@ def clip_gradients(grads: list[tf.Tensor], clip: float, mode: str) -> list[tf.Te
     average_norm (paper, per tensor):  g <- g * clip / max(||g||_2 / size(g), clip)
     global_norm:                       g <- g * clip / max(||[g_1, ..., g_k]||_2, clip)
     """
+    import tensorflow as tf
+
     if clip <= 0:
         return grads
     if mode == "global_norm":

@@ -17,11 +17,8 @@ from dba3c.config import Config
 from dba3c.core import LocalParameterServer, Params
 from dba3c.envs import EnvPool, make_env_pool, make_spec
 from dba3c.errors import UserError
-from dba3c.evaluation import BackgroundEvaluator
-from dba3c.learner import Learner
 from dba3c.models import NetSpec, make_net_spec
 from dba3c.rundir import RunDir
-from dba3c.worker import Worker
 
 
 @dataclass
@@ -56,6 +53,15 @@ def load_start(cfg: Config, spec: NetSpec) -> StartState:
 def train_single(cfg: Config) -> dict:
     """The single-node BA3C trainer: simulators, predictor, trainer and Adam in one process.
     Returns the run summary."""
+    if cfg.synthetic.enabled:
+        raise UserError("synthetic.enabled=true needs parameter-server ranks: run it with "
+                        "`dba3c launch CONFIG --workers W` (world size 1 computes for real)")
+    # TensorFlow is imported here, not with this module: the chief of a synthetic-compute run
+    # uses load_start and imports none
+    from dba3c.evaluation import BackgroundEvaluator
+    from dba3c.learner import Learner
+    from dba3c.worker import Worker
+
     pool, spec = (None, make_spec(cfg)) if cfg.debug.synthetic_data else make_pool_and_spec(cfg)
     try:
         start = load_start(cfg, spec)

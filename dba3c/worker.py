@@ -13,16 +13,18 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from dba3c.core import ParameterClient, Params
 from dba3c.envs import EnvPool, ScoreTracker
 from dba3c.errors import TrainingError
-from dba3c.learner import Learner
 from dba3c.rl import sample_actions
 from dba3c.rollout import Batch, RolloutAssembler
+
+if TYPE_CHECKING:  # TensorFlow: synthetic-compute workers (dba3c.synthetic) import none
+    from dba3c.learner import Learner
 
 AfterStep = Callable[[Params, dict], bool]
 

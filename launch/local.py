@@ -42,6 +42,10 @@ def launch_command(config: str, overrides: list[str], *, workers: int, ps: int |
     if evaluator:
         extra.append("eval.rank=true")
     cfg = load_config(config, extra)
+    if cfg.dist.workers not in (0, workers) and not any(
+            item.startswith("dist.workers=") for item in overrides):
+        extra.append(f"dist.workers={workers}")  # --workers wins over a preset's value
+        cfg = load_config(config, extra)  # (breakout_64.yaml says 64)
     world = required_world_size(cfg, workers)
     make_roles(world, cfg)  # refuses impossible layouts now, not in every rank
     if world == 1:
