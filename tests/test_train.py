@@ -99,8 +99,27 @@ def test_distributed_cartpole_learns_within_3_minutes(run_dir):
     assert metrics[-1]["perf/effective_batch"] == 3 * 32
 
 
+def _parent_pid(pid: int) -> int:
+    """The parent of ``pid`` (0 when it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])  # the command may contain spaces
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    """True when ``ancestor`` is ``pid``'s parent, grandparent, ..."""
+    while pid > 1:
+        pid = _parent_pid(pid)
+        if pid == ancestor:
+            return True
+    return False
+
+
 def _ranks_of(launcher_pid: int) -> dict[int, int]:
-    """PMI rank -> pid of the dba3c processes started under this launcher."""
+    """PMI rank -> pid of the dba3c processes started under this launcher (and no other
+    job's ranks on the same machine)."""
     ranks = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -110,7 +129,7 @@ def _ranks_of(launcher_pid: int) -> dict[int, int]:
             env = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"dba3c" in cmd and b"train" in cmd:
+        if b"dba3c" in cmd and b"train" in cmd and _descends_from(int(proc.name), launcher_pid):
             for item in env:
                 if item.startswith(b"PMI_RANK="):
                     ranks[int(item.split(b"=")[1])] = int(proc.name)
