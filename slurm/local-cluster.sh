@@ -95,7 +95,7 @@ parse_start_args() {
             *) die "unknown start option '$1'; allowed: --nodes N, --link RATE" 2 ;;
         esac
     done
-    [[ $NODES =~ ^[0-9]+$ ]] && ((NODES >= 1 && NODES <= MAX_NODES)) \
+    [[ $NODES =~ ^[1-9][0-9]{0,2}$ ]] && ((NODES <= MAX_NODES)) \
         || die "--nodes '$NODES' must be an integer from 1 to $MAX_NODES" 2
     rate_bytes "$RATE" >/dev/null \
         || die "--link '$RATE' must be a rate like 10gbit, 500mbit or 800kbit" 2
