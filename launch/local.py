@@ -58,7 +58,12 @@ def launch_local(config: str, overrides: list[str], *, workers: int, ps: int | N
                  evaluator: bool = False) -> int:
     """Run the job; returns its exit code. ``DBA3C_MPIEXEC_ARGS`` (shell words) are extra
     mpiexec options."""
-    mpiexec_args = shlex.split(os.environ.get("DBA3C_MPIEXEC_ARGS", ""))
+    extra = os.environ.get("DBA3C_MPIEXEC_ARGS", "")
+    try:
+        mpiexec_args = shlex.split(extra)
+    except ValueError as e:
+        raise UserError(f"DBA3C_MPIEXEC_ARGS={extra!r} must be shell words "
+                        f"(mpiexec options): {e}") from None
     cmd = launch_command(config, overrides, workers=workers, ps=ps, evaluator=evaluator,
                          mpiexec_args=mpiexec_args)
     print("launch: " + " ".join(cmd), file=sys.stderr, flush=True)

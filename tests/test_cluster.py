@@ -208,6 +208,16 @@ def test_bad_start_options_fail_with_one_line():
         assert bad in proc.stderr
 
 
+def test_bad_mpiexec_args_fail_with_one_line(tmp_path):
+    env = dict(os.environ, DBA3C_MPIEXEC_ARGS="-hosts 'node1")
+    proc = subprocess.run([sys.executable, "-m", "dba3c", "launch", "configs/cartpole.yaml",
+                           "--workers", "2", f"run.dir={tmp_path / 'run'}"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("error: DBA3C_MPIEXEC_ARGS=\"-hosts 'node1\" must be shell")
+    assert not (tmp_path / "run").exists()
+
+
 def test_stop_removes_every_namespace_link_bridge_and_daemon(emulated):
     """Run last: stop, also with the leftovers of a crashed run (a namespace, a veth and an
     /etc/netns entry nobody recorded), leaves nothing of the emulated cluster behind."""
