@@ -327,7 +327,6 @@ write_hosts() {  # /etc/netns/NS/hosts: every node and the controller by name
 }
 
 make_network() {  # the bridge, one namespace + shaped veth per node
-    ip netns list >/dev/null 2>&1 || die "no 'ip netns' here: cannot emulate nodes" 2
     local k ns veth
     ip link add "$BRIDGE" type bridge
     sysctl -qw "net.ipv6.conf.$BRIDGE.disable_ipv6=1"
