@@ -3,11 +3,14 @@
 The world size follows from the requested layout (:func:`dba3c.roles.required_world_size`);
 mpiexec comes from the active Python environment (the ``mpich`` wheel) or else from PATH.
 Output of every rank streams to this terminal; a failing rank ends the whole job.
+``DBA3C_MPIEXEC_ARGS`` adds mpiexec options, e.g. the hydra options that place the ranks on
+the emulated nodes of ``slurm/local-cluster.sh`` (its ``mpiexec-args`` command prints them).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -32,8 +35,9 @@ def find_mpiexec() -> str:
 
 
 def launch_command(config: str, overrides: list[str], *, workers: int, ps: int | None,
-                   evaluator: bool) -> list[str]:
-    """The mpiexec command line for this layout (validated before anything starts)."""
+                   evaluator: bool, mpiexec_args: list[str] | None = None) -> list[str]:
+    """The mpiexec command line for this layout (validated before anything starts);
+    ``mpiexec_args`` go before ``-n`` (hosts, launcher, environment)."""
     if workers < 1:
         raise UserError(f"--workers {workers} must be at least 1")
     extra = list(overrides)
@@ -50,14 +54,22 @@ def launch_command(config: str, overrides: list[str], *, workers: int, ps: int |
     make_roles(world, cfg)  # refuses impossible layouts now, not in every rank
     if world == 1:
         return [sys.executable, "-m", "dba3c", "train", config, *extra]
-    return [find_mpiexec(), "-n", str(world), sys.executable, "-m", "dba3c", "train", config,
-            *extra]
+    return [find_mpiexec(), *(mpiexec_args or []), "-n", str(world), sys.executable, "-m",
+            "dba3c", "train", config, *extra]
 
 
 def launch_local(config: str, overrides: list[str], *, workers: int, ps: int | None = None,
                  evaluator: bool = False) -> int:
-    """Run the job; returns its exit code."""
-    cmd = launch_command(config, overrides, workers=workers, ps=ps, evaluator=evaluator)
+    """Run the job; returns its exit code. ``DBA3C_MPIEXEC_ARGS`` (shell words) are extra
+    mpiexec options."""
+    extra = os.environ.get("DBA3C_MPIEXEC_ARGS", "")
+    try:
+        mpiexec_args = shlex.split(extra)
+    except ValueError as e:
+        raise UserError(f"DBA3C_MPIEXEC_ARGS={extra!r} must be shell words "
+                        f"(mpiexec options): {e}") from None
+    cmd = launch_command(config, overrides, workers=workers, ps=ps, evaluator=evaluator,
+                         mpiexec_args=mpiexec_args)
     print("launch: " + " ".join(cmd), file=sys.stderr, flush=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     # MPICH: single-copy (process_vm_readv) transfers between ranks on one host, so a

@@ -61,6 +61,11 @@ NTASKS=${SLURM_NTASKS:-1}
 echo "dba3c: job ${SLURM_JOB_ID:-?} (restart ${SLURM_RESTART_COUNT:-0}) $NTASKS tasks," \
      "config $DBA3C_CONFIG, run dir $RUN_DIR, overrides: ${OVERRIDES[*]}"
 
+# On the emulated cluster of slurm/local-cluster.sh its TaskProlog keeps MPICH off shared
+# memory, so ranks on different emulated nodes talk TCP through the shaped links.
+[[ -n ${DBA3C_EMULATED_CLUSTER:-} ]] && echo "dba3c: emulated cluster ($DBA3C_EMULATED_CLUSTER):" \
+    "MPIR_CVAR_NOLOCAL=${MPIR_CVAR_NOLOCAL:-} FI_PROVIDER=${FI_PROVIDER:-}"
+
 # Refuse a layout the tasks cannot hold before any rank starts.
 python3 -m launch.slurm_check "$DBA3C_CONFIG" "$NTASKS" "${OVERRIDES[@]}" || exit $?
 

@@ -96,8 +96,14 @@ def test_too_few_tasks_fail_at_once_with_a_clear_error(slurm, tmp_path):
 
 
 def test_usr2_checkpoints_requeues_and_resumes_without_gap(slurm, tmp_path):
+    check_usr2_requeue_resumes_without_gap(tmp_path, "-N1", "-n2")
+
+
+def check_usr2_requeue_resumes_without_gap(tmp_path, *placement: str) -> None:
+    """A 1 worker + 1 PS job placed by the sbatch options ``placement`` gets SIGUSR2 after
+    10 steps: it checkpoints, requeues itself and ends at step 300 with no gap or repeat."""
     run = tmp_path / "run"
-    job = sbatch("-N1", "-n2", "-o", tmp_path / "%j.out", "slurm/breakout_64.sh",
+    job = sbatch(*placement, "-o", tmp_path / "%j.out", "slurm/breakout_64.sh",
                  "dist.ps=1", "eval.rank=false", "eval.every=0", "debug.synthetic_data=true",
                  "model.kind=a3c_ff", "train.batch_size=8", "train.max_steps=300",
                  "run.log_every=1", "run.checkpoint_every=1000", f"run.dir={run}",

@@ -1,0 +1,36 @@
+"""The chief's metrics from worker reports as they arrive over the wire."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conftest import ROOT, read_jsonl
+from dba3c.chief import FRACTIONS, Chief
+from dba3c.config import load_config
+from dba3c.distributed import report_dict, report_vector
+
+
+def wire(report: dict, final: bool = False) -> dict:
+    """A report as the chief receives it from a remote worker."""
+    return report_dict(report_vector(report, final))[0]
+
+
+def test_a_final_report_without_losses_is_left_out_of_the_loss_means(tmp_path):
+    cfg = load_config(str(ROOT / "configs" / "cartpole.yaml"),
+                      [f"run.dir={tmp_path}", "run.progress=none", "run.log_every=1"])
+    chief = Chief(cfg, None, None, num_workers=2)
+    counters = {"count/data_points": 32, "count/env_frames": 32,
+                **{f"time/{k}": 0.1 for k in FRACTIONS}}
+    chief.worker_report(0, wire({**counters, "loss/policy": 0.5, "loss/value": 2.0,
+                                 "perf/policy_lag": 1.0}))
+    chief.worker_report(2, wire({**counters, "loss/policy": 1.5, "loss/value": 4.0,
+                                 "perf/policy_lag": 0.0}))
+    chief.on_step(1)
+    # rank 2 finished: its last report has counters but no losses (they arrive as None)
+    chief.worker_report(2, wire({**counters, "perf/policy_lag": 0.0}, final=True))
+    chief.on_step(2)
+    chief.close()
+    first, second = read_jsonl(tmp_path / "metrics.jsonl")
+    assert np.isclose(first["loss/policy"], 1.0) and np.isclose(first["loss/value"], 3.0)
+    assert np.isclose(second["loss/policy"], 0.5) and np.isclose(second["loss/value"], 2.0)
+    assert second["loss/entropy"] is None  # no worker reported it
