@@ -499,8 +499,8 @@ def run_worker(t: Transport, roles: Roles, cfg: Config, spec, link: ChiefLink | 
 def run_chief(t: Transport, roles: Roles, cfg: Config, spec) -> None:
     """Rank 0: resume or initialise, hand the parameter servers their shards, train if
     ``dist.chief_trains``, and keep the run directory until every rank is done."""
+    from dba3c.checkpoint import load_start
     from dba3c.chief import Chief
-    from dba3c.runner import load_start
 
     start = load_start(cfg, spec)
     chief = Chief(cfg, start.ckpt, spec.layout(), roles.num_workers)
@@ -533,7 +533,7 @@ def train_distributed(cfg: Config) -> int:
     """``dba3c train`` under mpiexec/srun: any failing rank ends the whole job non-zero."""
     import signal
 
-    from dba3c.runner import make_spec
+    from dba3c.envs import make_spec
     from dba3c.transport import MpiTransport
 
     t = MpiTransport()

@@ -144,3 +144,30 @@ def test_sigkill_of_one_rank_ends_the_job_nonzero_within_30s(run_dir, victim):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_library_train_is_the_command_line_train(tmp_path, capsys):
+    """``dba3c.runner.train`` (what the submitit job calls) trains exactly like ``dba3c
+    train`` and reports bad input the same way: one error line, exit code 2, nothing written."""
+    from dba3c.runner import train
+
+    common = ["configs/breakout.yaml", *SYNTH, "model.kind=a3c_ff", "train.batch_size=8",
+              "train.max_seconds=0", "train.max_steps=6"]
+    bad = tmp_path / "bad"
+    assert train(common[0], [*common[1:], "train.lr=-1", f"run.dir={bad}"], 1) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "train.lr" in err[0]
+    assert not bad.exists()
+    library, cli = tmp_path / "library", tmp_path / "cli"
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)}
+    try:
+        assert train(common[0], [*common[1:], f"run.dir={library}"], 1) == 0
+    finally:  # the chief took over the polite signals of this (pytest's) process
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert "run finished at step 6" in capsys.readouterr().err
+    dba3c("train", *common, f"run.dir={cli}")
+    a, b = latest_checkpoint(library), latest_checkpoint(cli)
+    assert a.step == b.step == 6
+    assert_close(a.theta, b.theta)
+    assert_close(a.adam_v, b.adam_v)
