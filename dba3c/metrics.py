@@ -15,6 +15,15 @@ from pathlib import Path
 from dba3c.checkpoint import write_atomic
 
 
+def steady_throughput(metrics: list[dict]) -> float | None:
+    """Mean ``perf/data_points_per_s`` over the second half of a run's metrics lines (the
+    first half holds start-up and warm-up); None without any."""
+    rates = [m["perf/data_points_per_s"] for m in metrics
+             if m.get("perf/data_points_per_s") is not None]
+    tail = rates[len(rates) // 2:]
+    return sum(tail) / len(tail) if tail else None
+
+
 def truncate_jsonl(path: Path, max_step: int) -> None:
     """Drop lines with ``step > max_step`` (work after the checkpoint being resumed, which is
     about to be redone), so the step sequence has no repeats, and lines that do not parse (a

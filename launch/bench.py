@@ -195,8 +195,8 @@ def _rank_of(pid: int) -> int | None:
 def run_training(config: str, overrides: list[str], workers: int, seconds: float) -> dict:
     """Train for ``seconds`` (one process when ``workers`` is 0, else ``dba3c launch``);
     steady-state data points/s, time fractions, and peak RSS per rank."""
+    from dba3c.metrics import steady_throughput
     from dba3c.plots import read_jsonl
-    from launch.sweep import steady_throughput
 
     with tempfile.TemporaryDirectory(prefix="dba3c-bench-") as run_dir:
         args = [config, *overrides, f"run.dir={run_dir}", f"train.max_seconds={seconds}",

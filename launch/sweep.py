@@ -23,6 +23,7 @@ from pathlib import Path
 
 from dba3c.config import Config, load_config
 from dba3c.errors import UserError
+from dba3c.metrics import steady_throughput
 from dba3c.plots import read_jsonl
 from dba3c.roles import make_roles, required_world_size
 from launch.local import launch_command
@@ -38,15 +39,6 @@ def _records(path: Path) -> list[dict]:
     except ValueError as e:
         print(f"sweep: warning: {e}", file=sys.stderr)
         return []
-
-
-def steady_throughput(metrics: list[dict]) -> float | None:
-    """Mean ``perf/data_points_per_s`` over the second half of a run's metrics lines (the
-    first half holds start-up and warm-up); None without any."""
-    rates = [m["perf/data_points_per_s"] for m in metrics
-             if m.get("perf/data_points_per_s") is not None]
-    tail = rates[len(rates) // 2:]
-    return sum(tail) / len(tail) if tail else None
 
 
 def point_result(run_dir: Path, returncode: int) -> dict:
