@@ -125,11 +125,12 @@ def cmd_train(args) -> int:
 def cmd_describe(args) -> int:
     """``dba3c describe``: what a run would be, without running it."""
     from dba3c.config import dump_yaml, load_config
-    from dba3c.envs import make_spec
+    from dba3c.envs import env_spaces
+    from dba3c.models import make_net_spec
     from dba3c.roles import check_num_shards, make_roles, required_world_size
 
     cfg = load_config(args.config, args.overrides)
-    spec = make_spec(cfg)
+    spec = make_net_spec(cfg.model, *env_spaces(cfg))
     print(dump_yaml(cfg), end="")
     print(f"parameters: {spec.layout().num_params}")
     print(f"flops_per_state: {spec.flops_per_state()}")
@@ -154,7 +155,8 @@ def cmd_evaluate(args) -> int:
 
     from dba3c import checkpoint
     from dba3c.config import is_atari
-    from dba3c.envs import make_spec
+    from dba3c.envs import env_spaces
+    from dba3c.models import make_net_spec
     from dba3c.video import check_video_path, write_video
 
     if args.episodes is not None and args.episodes < 1:
@@ -164,7 +166,7 @@ def cmd_evaluate(args) -> int:
     ckpt, cfg = checkpoint.load_for_evaluation(args.path, args.overrides)
     if args.video and not is_atari(cfg.env.id):
         raise UserError(f"--video needs an Atari game; env.id={cfg.env.id} has no frames")
-    spec = make_spec(cfg)
+    spec = make_net_spec(cfg.model, *env_spaces(cfg))
     checkpoint.check_layout(ckpt, cfg, spec.layout(), f"from {args.path}",
                             "evaluate it with its own config")
     from dba3c.evaluation import evaluate_params, record_game  # TensorFlow: after the checks

@@ -533,13 +533,14 @@ def train_distributed(cfg: Config) -> int:
     """``dba3c train`` under mpiexec/srun: any failing rank ends the whole job non-zero."""
     import signal
 
-    from dba3c.envs import make_spec
+    from dba3c.envs import env_spaces
+    from dba3c.models import make_net_spec
     from dba3c.transport import MpiTransport
 
     t = MpiTransport()
     try:
         make_roles(t.size, cfg)
-        spec = make_spec(cfg)
+        spec = make_net_spec(cfg.model, *env_spaces(cfg))
         if t.size > 1:
             check_num_shards(cfg.dist.ps, spec.layout().num_params)
     except UserError as e:  # every rank finds the same problem; one reports it

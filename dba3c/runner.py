@@ -15,7 +15,7 @@ from dba3c import checkpoint
 from dba3c.chief import Chief
 from dba3c.config import Config, load_config
 from dba3c.core import LocalParameterServer, Params
-from dba3c.envs import EnvPool, make_env_pool, make_spec
+from dba3c.envs import EnvPool, env_spaces, make_env_pool
 from dba3c.errors import UserError, exit_code
 from dba3c.models import NetSpec, make_net_spec
 
@@ -51,7 +51,8 @@ def train_single(cfg: Config) -> dict:
     from dba3c.learner import Learner
     from dba3c.worker import Worker
 
-    pool, spec = (None, make_spec(cfg)) if cfg.debug.synthetic_data else make_pool_and_spec(cfg)
+    pool, spec = ((None, make_net_spec(cfg.model, *env_spaces(cfg)))
+                  if cfg.debug.synthetic_data else make_pool_and_spec(cfg))
     try:
         start = checkpoint.load_start(cfg, spec)
     except UserError:
