@@ -36,7 +36,7 @@ import numpy as np
 
 from dba3c.adam import AdamState
 from dba3c.config import Config
-from dba3c.core import Params, ShardServer
+from dba3c.core import EvalSchedule, Params, ShardServer
 from dba3c.errors import TrainingError, UserError
 from dba3c.pacing import ReplyPacer
 from dba3c.params import shard_bounds
@@ -135,11 +135,17 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
     control = Inbox(t, 0, CONTROL, 2, np.int64)
     finished, frozen, stop_at, byes = False, False, None, set()
 
-    def params_message(version: int) -> np.ndarray:
+    def params_message(version: int, theta_shard: np.ndarray) -> np.ndarray:
         buf = message(n)
         header(buf)[:2] = (version, server.nonfinite_streak)
-        payload(buf)[:] = server.theta_shard
+        payload(buf)[:] = theta_shard
         return buf
+
+    def send_snapshot(version: int, theta_shard: np.ndarray) -> None:
+        sender.send(params_message(version, theta_shard), [roles.evaluator], SNAPSHOT)
+
+    snapshots = EvalSchedule(cfg.eval.every if roles.evaluator is not None else 0,
+                             send_snapshot)
 
     def send_state(final: bool) -> None:
         buf = message(3 * n)
@@ -166,7 +172,7 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
         finished = True
 
     def send_params(version: int, workers: list[int]) -> None:
-        sender.send(params_message(version), workers, PARAMS)
+        sender.send(params_message(version, server.theta_shard), workers, PARAMS)
         pacer.sent(workers, version, time.monotonic())
 
     def after_update(reply_to: list[int]) -> None:
@@ -175,8 +181,7 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
         send_info()
         if cfg.run.checkpoint_every and v % cfg.run.checkpoint_every == 0:
             send_state(final=False)
-        if roles.evaluator is not None and cfg.eval.every and v % cfg.eval.every == 0:
-            sender.send(params_message(v), [roles.evaluator], SNAPSHOT)
+        snapshots.after_step(v, server.theta_shard)
         if (stop_at is not None and v >= stop_at) or cfg.train.reached_max_steps(v):
             finish()
 
@@ -480,9 +485,9 @@ def run_worker(t: Transport, roles: Roles, cfg: Config, spec, link: ChiefLink | 
         if final:
             link.final_reports.add(t.rank)
         if evaluator is not None:
-            if params is not None and params.version % cfg.eval.every == 0:
-                evaluator.submit(params.version, params.theta)
-            for step, scores in evaluator.results():
+            finished = (evaluator.results() if params is None
+                        else evaluator.after_step(params.version, params.theta))
+            for step, scores in finished:
                 chief.on_eval(step, scores)
         return False
 

@@ -80,9 +80,7 @@ def train_single(cfg: Config) -> dict:
         if chief.checkpoint_due(params.version):
             save(params.version)
         if evaluator is not None:
-            if params.version % cfg.eval.every == 0:
-                evaluator.submit(params.version, params.theta)
-            for step, scores in evaluator.results():
+            for step, scores in evaluator.after_step(params.version, params.theta):
                 chief.on_eval(step, scores)
         return chief.stop_reason is not None
 
