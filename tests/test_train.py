@@ -100,20 +100,31 @@ def test_distributed_cartpole_learns_within_3_minutes(run_dir):
 
 
 def _ranks_of(launcher_pid: int) -> dict[int, int]:
-    """PMI rank -> pid of the dba3c processes started under this launcher."""
-    ranks = {}
+    """PMI rank -> pid of the dba3c processes started under this launcher (its descendants
+    only: ranks of other jobs on the same machine are left alone)."""
+    parents = {}
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
         try:
-            cmd = (proc / "cmdline").read_bytes().split(b"\0")
-            env = (proc / "environ").read_bytes().split(b"\0")
+            parents[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+
+    def launched(pid: int) -> bool:
+        while pid > 1 and pid != launcher_pid:
+            pid = parents.get(pid, 0)
+        return pid == launcher_pid
+
+    ranks = {}
+    for pid in filter(launched, parents):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
         if b"dba3c" in cmd and b"train" in cmd:
             for item in env:
                 if item.startswith(b"PMI_RANK="):
-                    ranks[int(item.split(b"=")[1])] = int(proc.name)
+                    ranks[int(item.split(b"=")[1])] = pid
     return ranks
 
 
