@@ -6,6 +6,11 @@ through :func:`dba3c.rundir.write_atomic` (a temporary file in the same director
 renamed over the final name, the directory fsynced), so a crash at any point leaves either the
 old set of files or the new one.
 Loading verifies the checksum and uses ``allow_pickle=False``.
+
+The loading rules live here too: where a run starts (:func:`load_start`: the newest valid
+checkpoint, else a seeded initialisation), which checkpoint and config ``dba3c evaluate``
+uses (:func:`load_for_evaluation`), and that a checkpoint fits the network
+(:func:`check_layout`).
 """
 
 from __future__ import annotations
@@ -20,8 +25,12 @@ from pathlib import Path
 
 import numpy as np
 
+from dba3c.adam import AdamState
+from dba3c.config import Config, apply_overrides, from_dict
 from dba3c.errors import UserError
 from dba3c.rundir import RunDir, remove_stale_temporaries, write_atomic
+from dba3c.models import NetSpec
+from dba3c.params import ParamLayout
 
 MAGIC = b"DBA3C-CHECKPOINT-1\n"
 NAME = re.compile(r"^step-(\d{10})\.ckpt$")
@@ -142,7 +151,17 @@ def load_path(path: str) -> Checkpoint:
     raise UserError(f"{path} not found: expected a checkpoint file or a run directory")
 
 
-def check_layout(ckpt: Checkpoint, cfg, layout, where: str, hint: str) -> None:
+def load_for_evaluation(path: str, overrides: list[str]) -> tuple[Checkpoint, Config]:
+    """A checkpoint file or a run directory's newest checkpoint, and the config stored in it
+    with ``overrides`` applied."""
+    ckpt = load_path(path)
+    source = f"the config stored in checkpoint step {ckpt.step}"
+    return ckpt, apply_overrides(from_dict(ckpt.meta.get("config", {}), source), overrides,
+                                 source)
+
+
+def check_layout(ckpt: Checkpoint, cfg: Config, layout: ParamLayout, where: str,
+                 hint: str) -> None:
     """UserError unless the checkpoint holds parameters of exactly this network."""
     if ckpt.meta.get("layout") != layout.to_dict():
         raise UserError(
@@ -150,3 +169,26 @@ def check_layout(ckpt: Checkpoint, cfg, layout, where: str, hint: str) -> None:
             f"parameters that does not match model.kind={cfg.model.kind} "
             f"model.hidden={cfg.model.hidden} env.id={cfg.env.id} ({layout.num_params} "
             f"parameters); {hint}")
+
+
+@dataclass
+class StartState:
+    """Where training starts: a fresh initialisation or a checkpoint."""
+
+    step: int
+    theta: np.ndarray
+    adam: AdamState
+    ckpt: Checkpoint | None
+
+
+def load_start(cfg: Config, spec: NetSpec) -> StartState:
+    """Resume from the run directory's newest valid checkpoint, or initialise (seeded)."""
+    ckpt = load_latest(RunDir(cfg.run.dir).checkpoints_dir)
+    layout = spec.layout()
+    if ckpt is None:
+        return StartState(0, spec.init_params(cfg.run.seed), AdamState.zeros(layout.num_params),
+                          None)
+    check_layout(ckpt, cfg, layout, f"in {cfg.run.dir}",
+                 "use the run's own config or a new run.dir")
+    return StartState(ckpt.step, ckpt.theta.copy(),
+                      AdamState(ckpt.adam_m.copy(), ckpt.adam_v.copy(), ckpt.adam_count), ckpt)

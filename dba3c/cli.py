@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from dba3c.errors import TrainingError, UserError
+from dba3c.errors import UserError, exit_code
 
 
 class _Parser(argparse.ArgumentParser):
@@ -114,46 +114,31 @@ def main(argv: list[str] | None = None) -> int:
         from launch.submit import main as submit_main
 
         return submit_main(argv[1:])
-    try:
+
+    def run() -> int:
         args = parse_args(argv)
         return COMMANDS[args.command](args) or 0
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except TrainingError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+
+    return exit_code(run)
 
 
 def cmd_train(args) -> int:
     """``dba3c train``: world size 1 trains alone, otherwise this rank plays its role."""
-    from dba3c.config import load_config
+    from dba3c.runner import train
     from launch.mpienv import world_size_hint
 
-    cfg = load_config(args.config, args.overrides)
-    if world_size_hint() > 1:
-        from dba3c.distributed import train_distributed
-
-        return train_distributed(cfg)
-    from dba3c.runner import train_single
-
-    summary = train_single(cfg)
-    print(f"run finished at step {summary.get('final_step')} "
-          f"({summary.get('stop_reason')}); outputs in {cfg.run.dir}", file=sys.stderr)
-    return 0
+    return train(args.config, args.overrides, world_size_hint())
 
 
 def cmd_describe(args) -> int:
     """``dba3c describe``: what a run would be, without running it."""
     from dba3c.config import dump_yaml, load_config
-    from dba3c.envs import make_spec
+    from dba3c.envs import env_spaces
+    from dba3c.models import make_net_spec
     from dba3c.roles import check_num_shards, make_roles, required_world_size
 
     cfg = load_config(args.config, args.overrides)
-    spec = make_spec(cfg)
+    spec = make_net_spec(cfg.model, *env_spaces(cfg))
     print(dump_yaml(cfg), end="")
     print(f"parameters: {spec.layout().num_params}")
     print(f"flops_per_state: {spec.flops_per_state()}")
@@ -177,21 +162,19 @@ def cmd_evaluate(args) -> int:
     import numpy as np
 
     from dba3c import checkpoint
-    from dba3c.config import apply_overrides, from_dict, is_atari
-    from dba3c.envs import make_spec
+    from dba3c.config import is_atari
+    from dba3c.envs import env_spaces
+    from dba3c.models import make_net_spec
     from dba3c.video import check_video_path, write_video
 
     if args.episodes is not None and args.episodes < 1:
         raise UserError(f"--episodes {args.episodes} must be at least 1")
     for path in args.video:
         check_video_path(path)  # before minutes of play, not after
-    ckpt = checkpoint.load_path(args.path)
-    source = f"the config stored in checkpoint step {ckpt.step}"
-    cfg = apply_overrides(from_dict(ckpt.meta.get("config", {}), source), args.overrides,
-                          source)
+    ckpt, cfg = checkpoint.load_for_evaluation(args.path, args.overrides)
     if args.video and not is_atari(cfg.env.id):
         raise UserError(f"--video needs an Atari game; env.id={cfg.env.id} has no frames")
-    spec = make_spec(cfg)
+    spec = make_net_spec(cfg.model, *env_spaces(cfg))
     checkpoint.check_layout(ckpt, cfg, spec.layout(), f"from {args.path}",
                             "evaluate it with its own config")
     from dba3c.evaluation import evaluate_params, record_game  # TensorFlow: after the checks

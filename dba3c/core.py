@@ -6,12 +6,14 @@
   :class:`LocalParameterServer` serves one process; ``distributed.RemoteParameterClient``
   talks to parameter-server ranks. Tests drop in either.
 - :class:`ShardServer`: one shard's Adam and the aggregation rule, used by both.
+- :class:`EvalSchedule`: which global steps are evaluated; the one place that decides and
+  submits, whether the evaluator is a thread of this process or its own rank.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -39,6 +41,20 @@ class ParameterClient(Protocol):
     def push(self, version: int, grad: np.ndarray) -> Params | None:
         """Send a gradient computed at ``version``; return the newest complete parameters
         to train on next, or None when the run is over."""
+
+
+class EvalSchedule:
+    """Every ``every`` global steps (never when 0) the parameters at that step go to
+    ``submit(step, theta)``: to an in-process evaluator, or as a snapshot to the evaluator
+    rank (a parameter server submits its shard)."""
+
+    def __init__(self, every: int, submit: Callable[[int, np.ndarray], None]):
+        self.every, self.submit = every, submit
+
+    def after_step(self, step: int, theta: np.ndarray) -> None:
+        """Submit ``theta`` if ``step`` is due for evaluation."""
+        if self.every and step % self.every == 0:
+            self.submit(step, theta)
 
 
 @dataclass

@@ -43,7 +43,7 @@ import numpy as np
 
 from dba3c.adam import AdamState
 from dba3c.config import Config
-from dba3c.core import Params, ShardServer
+from dba3c.core import EvalSchedule, Params, ShardServer
 from dba3c.errors import TrainingError, UserError
 from dba3c.models import NetSpec
 from dba3c.pacing import ReplyPacer
@@ -147,11 +147,17 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
     finished, frozen, stop_at, byes = False, False, None, set()
     arrived: set[int] = set()  # workers whose gradient for the current version is summed
 
-    def params_message(version: int) -> np.ndarray:
+    def params_message(version: int, theta_shard: np.ndarray) -> np.ndarray:
         buf = message(n)
         header(buf)[:2] = (version, server.nonfinite_streak)
-        payload(buf)[:] = server.theta_shard
+        payload(buf)[:] = theta_shard
         return buf
+
+    def send_snapshot(version: int, theta_shard: np.ndarray) -> None:
+        sender.send(params_message(version, theta_shard), [roles.evaluator], SNAPSHOT)
+
+    snapshots = EvalSchedule(cfg.eval.every if roles.evaluator is not None else 0,
+                             send_snapshot)
 
     def send_state(final: bool) -> None:
         buf = message(3 * n)
@@ -178,7 +184,7 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
         finished = True
 
     def send_params(version: int, workers: list[int]) -> None:
-        sender.send(params_message(version), workers, PARAMS)
+        sender.send(params_message(version, server.theta_shard), workers, PARAMS)
         pacer.sent(workers, version, time.monotonic())
 
     def after_update(reply_to: list[int]) -> None:
@@ -187,8 +193,7 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
         send_info()
         if cfg.run.checkpoint_every and v % cfg.run.checkpoint_every == 0:
             send_state(final=False)
-        if roles.evaluator is not None and cfg.eval.every and v % cfg.eval.every == 0:
-            sender.send(params_message(v), [roles.evaluator], SNAPSHOT)
+        snapshots.after_step(v, server.theta_shard)
         if (stop_at is not None and v >= stop_at) or cfg.train.reached_max_steps(v):
             finish()
 
@@ -544,9 +549,9 @@ def run_worker(t: Transport, roles: Roles, cfg: Config, spec, link: ChiefLink | 
         if final:
             link.final_reports.add(t.rank)
         if evaluator is not None:
-            if params is not None and params.version % cfg.eval.every == 0:
-                evaluator.submit(params.version, params.theta)
-            for step, scores in evaluator.results():
+            finished = (evaluator.results() if params is None
+                        else evaluator.after_step(params.version, params.theta))
+            for step, scores in finished:
                 chief.on_eval(step, scores)
         return False
 
@@ -563,8 +568,8 @@ def run_worker(t: Transport, roles: Roles, cfg: Config, spec, link: ChiefLink | 
 def run_chief(t: Transport, roles: Roles, cfg: Config, spec) -> None:
     """Rank 0: resume or initialise, hand the parameter servers their shards, train if
     ``dist.chief_trains``, and keep the run directory until every rank is done."""
+    from dba3c.checkpoint import load_start
     from dba3c.chief import Chief
-    from dba3c.runner import load_start
 
     start = load_start(cfg, spec)
     chief = Chief(cfg, start.ckpt, spec.layout(), roles.num_workers)
@@ -597,13 +602,14 @@ def train_distributed(cfg: Config) -> int:
     """``dba3c train`` under mpiexec/srun: any failing rank ends the whole job non-zero."""
     import signal
 
-    from dba3c.runner import make_spec
+    from dba3c.envs import env_spaces
+    from dba3c.models import make_net_spec
     from dba3c.transport import MpiTransport
 
     t = MpiTransport()
     try:
         roles = make_roles(t.size, cfg)
-        spec = make_spec(cfg)
+        spec = make_net_spec(cfg.model, *env_spaces(cfg))
         if t.size > 1:
             check_num_shards(cfg.dist.ps, spec.layout().num_params)
         if cfg.synthetic.enabled:

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from dba3c.config import Config, is_atari
-from dba3c.models import NetSpec, make_net_spec
 
 
 @dataclass
@@ -141,10 +140,11 @@ class ScoreTracker:
         return float(np.mean(self.recent)) if self.recent else None
 
 
-def make_spec(cfg: Config) -> NetSpec:
-    """The network for the configured env (the simulators are opened briefly)."""
+def env_spaces(cfg: Config) -> tuple[tuple[int, ...], int]:
+    """The configured env's observation shape and number of actions (the simulators are
+    opened briefly)."""
     pool = make_env_pool(cfg.env, cfg.model, num_envs=1, batch_size=1)
     try:
-        return make_net_spec(cfg.model, pool.obs_shape, pool.num_actions)
+        return pool.obs_shape, pool.num_actions
     finally:
         pool.close()

@@ -1,4 +1,9 @@
-"""The one exception type that reaches users as a one-line ``error: ...`` with exit code 2."""
+"""The exceptions that reach users as one line ``error: ...``, and their exit codes."""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable
 
 
 class UserError(Exception):
@@ -15,3 +20,19 @@ class TrainingError(RuntimeError):
     The command line prints ``error: <message>`` and exits with code 1; checkpoints already
     written stay intact.
     """
+
+
+def exit_code(run: Callable[[], int]) -> int:
+    """Call ``run`` and return its exit code; a UserError becomes one ``error: ...`` line on
+    stderr and code 2, a TrainingError the same with code 1, an interrupt code 130."""
+    try:
+        return run()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except TrainingError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130

@@ -12,6 +12,7 @@ import threading
 
 import numpy as np
 
+from dba3c.core import EvalSchedule
 from dba3c.envs import EnvPool, ScoreTracker, make_env_pool
 from dba3c.learner import Learner
 from dba3c.rl import sample_actions
@@ -93,6 +94,7 @@ def record_game(cfg, spec, theta: np.ndarray, seed: int) -> tuple[float, list[np
 class BackgroundEvaluator(threading.Thread):
     """Evaluates parameter snapshots in a thread of the training process (single-node runs).
 
+    ``after_step`` submits the steps that ``eval.every`` asks for (:class:`EvalSchedule`);
     ``submit`` replaces any snapshot not yet started (the newest wins); finished evaluations
     are collected with ``results``. It shares the CPU with training: each evaluation costs
     about ``eval.episodes`` games of forward passes.
@@ -105,6 +107,13 @@ class BackgroundEvaluator(threading.Thread):
         self._outbox: queue.Queue = queue.Queue()
         self._stopping = threading.Event()
         self.error: BaseException | None = None
+        self.schedule = EvalSchedule(cfg.eval.every, self.submit)
+
+    def after_step(self, step: int, theta: np.ndarray) -> list[tuple[int, list[float]]]:
+        """Submit ``theta`` if ``step`` is due for evaluation; return the evaluations
+        finished since the last call, as :meth:`results`."""
+        self.schedule.after_step(step, theta)
+        return self.results()
 
     def submit(self, step: int, theta: np.ndarray) -> None:
         """Ask for an evaluation of ``theta`` (copied) at ``step``."""

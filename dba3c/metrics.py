@@ -14,6 +14,15 @@ import types
 from pathlib import Path
 
 
+def steady_throughput(metrics: list[dict]) -> float | None:
+    """Mean ``perf/data_points_per_s`` over the second half of a run's metrics lines (the
+    first half holds start-up and warm-up); None without any."""
+    rates = [m["perf/data_points_per_s"] for m in metrics
+             if m.get("perf/data_points_per_s") is not None]
+    tail = rates[len(rates) // 2:]
+    return sum(tail) / len(tail) if tail else None
+
+
 class Progress:
     """A tqdm bar on a terminal, a line every ``every_s`` seconds otherwise, or nothing."""
 

@@ -1,34 +1,23 @@
 """Training entry points: one process, or this process's role in a distributed world.
 
+:func:`train` is ``dba3c train`` as a library call, for the command line and the submitit
+job alike; the launcher reads the world size from its environment and passes it in.
+
 Everything that can be refused (config, checkpoint, model shape) is checked before the run
 directory is touched.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
+import sys
 
 from dba3c import checkpoint
-from dba3c.adam import AdamState
 from dba3c.chief import Chief
-from dba3c.config import Config
+from dba3c.config import Config, load_config
 from dba3c.core import LocalParameterServer, Params
-from dba3c.envs import EnvPool, make_env_pool, make_spec
-from dba3c.errors import UserError
+from dba3c.envs import EnvPool, env_spaces, make_env_pool
+from dba3c.errors import UserError, exit_code
 from dba3c.models import NetSpec, make_net_spec
-from dba3c.rundir import RunDir
-
-
-@dataclass
-class StartState:
-    """Where training starts: a fresh initialisation or a checkpoint."""
-
-    step: int
-    theta: np.ndarray
-    adam: AdamState
-    ckpt: checkpoint.Checkpoint | None
 
 
 def make_pool_and_spec(cfg: Config) -> tuple[EnvPool, NetSpec]:
@@ -37,17 +26,22 @@ def make_pool_and_spec(cfg: Config) -> tuple[EnvPool, NetSpec]:
     return pool, make_net_spec(cfg.model, pool.obs_shape, pool.num_actions)
 
 
-def load_start(cfg: Config, spec: NetSpec) -> StartState:
-    """Resume from the run directory's newest valid checkpoint, or initialise (seeded)."""
-    ckpt = checkpoint.load_latest(RunDir(cfg.run.dir).checkpoints_dir)
-    layout = spec.layout()
-    if ckpt is None:
-        return StartState(0, spec.init_params(cfg.run.seed), AdamState.zeros(layout.num_params),
-                          None)
-    checkpoint.check_layout(ckpt, cfg, spec.layout(), f"in {cfg.run.dir}",
-                 "use the run's own config or a new run.dir")
-    return StartState(ckpt.step, ckpt.theta.copy(),
-                      AdamState(ckpt.adam_m.copy(), ckpt.adam_v.copy(), ckpt.adam_count), ckpt)
+def train(config_path: str, overrides: list[str], world_size: int) -> int:
+    """``dba3c train CONFIG OVERRIDES``: alone when ``world_size`` is 1, else as this rank of
+    an MPI world of that size. Returns the exit code: 0 done, 2 bad input, 1 training failed
+    (with one ``error: ...`` line on stderr)."""
+    def run() -> int:
+        cfg = load_config(config_path, overrides)
+        if world_size > 1:
+            from dba3c.distributed import train_distributed
+
+            return train_distributed(cfg)
+        summary = train_single(cfg)
+        print(f"run finished at step {summary.get('final_step')} "
+              f"({summary.get('stop_reason')}); outputs in {cfg.run.dir}", file=sys.stderr)
+        return 0
+
+    return exit_code(run)
 
 
 def train_single(cfg: Config) -> dict:
@@ -56,15 +50,16 @@ def train_single(cfg: Config) -> dict:
     if cfg.synthetic.enabled:
         raise UserError("synthetic.enabled=true needs parameter-server ranks: run it with "
                         "`dba3c launch CONFIG --workers W` (world size 1 computes for real)")
-    # TensorFlow is imported here, not with this module: the chief of a synthetic-compute run
-    # uses load_start and imports none
+    # TensorFlow is imported here, after the config checks, not with this module: the chief
+    # of a synthetic-compute run imports none
     from dba3c.evaluation import BackgroundEvaluator
     from dba3c.learner import Learner
     from dba3c.worker import Worker
 
-    pool, spec = (None, make_spec(cfg)) if cfg.debug.synthetic_data else make_pool_and_spec(cfg)
+    pool, spec = ((None, make_net_spec(cfg.model, *env_spaces(cfg)))
+                  if cfg.debug.synthetic_data else make_pool_and_spec(cfg))
     try:
-        start = load_start(cfg, spec)
+        start = checkpoint.load_start(cfg, spec)
     except UserError:
         if pool is not None:
             pool.close()
@@ -90,9 +85,7 @@ def train_single(cfg: Config) -> dict:
         if chief.checkpoint_due(params.version):
             save(params.version)
         if evaluator is not None:
-            if params.version % cfg.eval.every == 0:
-                evaluator.submit(params.version, params.theta)
-            for step, scores in evaluator.results():
+            for step, scores in evaluator.after_step(params.version, params.theta):
                 chief.on_eval(step, scores)
         return chief.stop_reason is not None
 

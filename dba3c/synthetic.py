@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from dba3c.errors import UserError
+from dba3c.faults import with_faults
 from dba3c.rollout import Batch
 from dba3c.worker import Worker
 
@@ -74,13 +75,16 @@ class SyntheticWorker(Worker):
         self.num_params = num_params
         syn = cfg.synthetic
         self.factor = syn.slow_factor if rank in slow_ranks(workers, syn.slow_workers) else 1.0
+        # the worker's two steps, chosen once like the base class does (faults included)
+        self._next_batch = self._empty_batch
+        self._gradient = with_faults(cfg.debug, rank, self._timed_gradient)
 
-    def _next_batch(self, version: int) -> Batch:
+    def _empty_batch(self, version: int) -> Batch:
         n = self.cfg.train.batch_size  # data points the modelled worker would train on
         return Batch(np.empty((n, 0), np.uint8), np.zeros(n, np.int32),
                      np.zeros(n, np.float32), np.full(n, version, np.int64))
 
-    def _gradient(self, batch: Batch, version: int) -> tuple[np.ndarray, dict]:
+    def _timed_gradient(self, batch: Batch, version: int) -> tuple[np.ndarray, dict]:
         t0 = time.perf_counter()
         syn, seed = self.cfg.synthetic, self.cfg.run.seed
         grad = synthetic_gradient(self.num_params, seed, self.rank, version)

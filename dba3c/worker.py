@@ -20,6 +20,7 @@ import numpy as np
 from dba3c.core import ParameterClient, Params
 from dba3c.envs import EnvPool, ScoreTracker
 from dba3c.errors import TrainingError
+from dba3c.faults import with_faults
 from dba3c.rl import sample_actions
 from dba3c.rollout import Batch, RolloutAssembler
 
@@ -102,6 +103,8 @@ class Worker:
                                episodic_life=cfg.env.episodic_life)
         self.data_points = 0
         self.t_compute = self.t_wait_data = self.t_wait_params = 0.0
+        self._next_batch = self._synthetic_batch if self.actor is None else self._actor_batch
+        self._gradient = with_faults(cfg.debug, rank, self._compute_gradient)
 
     def train(self, client: ParameterClient, after_step: AfterStep) -> Params | None:
         """Train until the store ends the run (push returns None) or ``after_step`` returns
@@ -144,10 +147,12 @@ class Worker:
         elif self.actor is not None and self.actor.ident is None:  # never started
             self.actor.pool.close()
 
-    def _next_batch(self, version: int) -> Batch:
-        if self.actor is None:
-            return synthetic_batch(self.learner.spec, self.cfg.train.batch_size,
-                                   (self.cfg.run.seed, self.rank, version))
+    def _synthetic_batch(self, version: int) -> Batch:
+        return synthetic_batch(self.learner.spec, self.cfg.train.batch_size,
+                               (self.cfg.run.seed, self.rank, version))
+
+    def _actor_batch(self, version: int) -> Batch:
+        """The actor's next mini-batch (``version``: the synthetic data's key, unused here)."""
         t0 = time.perf_counter()
         while True:
             if self.actor.error is not None:
@@ -161,17 +166,11 @@ class Worker:
         self.t_wait_data += time.perf_counter() - t0
         return batch
 
-    def _gradient(self, batch: Batch, version: int) -> tuple[np.ndarray, dict]:
-        debug = self.cfg.debug
-        if debug.slow_rank == self.rank:
-            time.sleep(debug.slow_seconds)
-        if debug.fail_rank == self.rank and debug.fail_step == version:
-            raise RuntimeError(f"injected failure on rank {self.rank} at step {version} "
-                               f"(debug.fail_rank)")
+    def _compute_gradient(self, batch: Batch, version: int) -> tuple[np.ndarray, dict]:
+        """The gradient step (``version``: the parameters', for the fault wrappers)."""
         t0 = time.perf_counter()
         grad, losses = self.learner.gradient(batch.obs, batch.a, batch.R)
-        if not np.isfinite(grad).all() or (
-                0 <= debug.nan_at_step <= version < debug.nan_at_step + debug.nan_steps):
+        if not np.isfinite(grad).all():
             grad[:] = np.nan  # all shards see it: every parameter server skips the update
         self.t_compute += time.perf_counter() - t0
         self.data_points += len(batch)

@@ -195,7 +195,7 @@ def _rank_of(pid: int) -> int | None:
 def run_training(config: str, overrides: list[str], workers: int, seconds: float) -> dict:
     """Train for ``seconds`` (one process when ``workers`` is 0, else ``dba3c launch``);
     steady-state data points/s, time fractions, and peak RSS per rank."""
-    from launch.sweep import steady_throughput
+    from dba3c.metrics import steady_throughput
 
     with tempfile.TemporaryDirectory(prefix="dba3c-bench-") as run_dir:
         args = [config, *overrides, f"run.dir={run_dir}", f"train.max_seconds={seconds}",
@@ -294,10 +294,11 @@ def long_table(r: dict, command: str) -> str:
 def run_bench(config: str, overrides: list[str], quick: bool,
               progress=lambda text: print(text, file=sys.stderr, flush=True)) -> dict:
     """Every measurement; the results as one JSON-able dict."""
-    from dba3c.envs import make_spec
+    from dba3c.envs import env_spaces
+    from dba3c.models import make_net_spec
 
     cfg = load_config(config, overrides)
-    spec = make_spec(cfg)
+    spec = make_net_spec(cfg.model, *env_spaces(cfg))
     layout = spec.layout()
     train_s, dist_s, pairs = (30, 30, 1) if quick else (120, 60, 3)
     results: dict = {"config": config, "overrides": list(overrides), "quick": quick,

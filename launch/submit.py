@@ -41,9 +41,11 @@ class TrainJob(submitit.helpers.Checkpointable):
         self.config, self.overrides = config, list(overrides)
 
     def __call__(self) -> dict | None:
-        from dba3c.cli import main
+        from dba3c.runner import train
+        from launch.mpienv import world_size_hint
 
-        rc = main(["train", self.config, *self.overrides])
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        rc = train(self.config, self.overrides, world_size_hint())
         if rc != 0:
             raise RuntimeError(f"dba3c train exited with code {rc} (see the job log)")
         env = submitit.JobEnvironment()

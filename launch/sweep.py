@@ -24,6 +24,7 @@ from typing import TypeVar
 
 from dba3c.config import Config, load_config
 from dba3c.errors import UserError
+from dba3c.metrics import steady_throughput
 from dba3c.roles import make_roles, required_world_size
 from dba3c.rundir import RunDir, SweepDir
 from launch.local import launch_command
@@ -39,15 +40,6 @@ def _read_or_warn(read: Callable[[], T], empty: T) -> T:
     except ValueError as e:
         print(f"sweep: warning: {e}", file=sys.stderr)
         return empty
-
-
-def steady_throughput(metrics: list[dict]) -> float | None:
-    """Mean ``perf/data_points_per_s`` over the second half of a run's metrics lines (the
-    first half holds start-up and warm-up); None without any."""
-    rates = [m["perf/data_points_per_s"] for m in metrics
-             if m.get("perf/data_points_per_s") is not None]
-    tail = rates[len(rates) // 2:]
-    return sum(tail) / len(tail) if tail else None
 
 
 def point_result(run_dir: Path, returncode: int) -> dict:

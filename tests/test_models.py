@@ -134,6 +134,19 @@ def test_make_net_spec_reads_the_model_section():
     assert spec.layout().shapes[-4] == (32, 9)
 
 
+@pytest.mark.parametrize("overrides, spaces, num_params", [
+    (["env.id=pong"], ((4, 84, 84), 6), 322695),  # DESIGN.md: 4 gray frames, A=6
+    (["env.id=CartPole-v1", "model.kind=mlp", "model.hidden=64"], ((4,), 2), 4675),
+])
+def test_the_network_of_a_config_comes_from_the_env_spaces(overrides, spaces, num_params):
+    from dba3c.config import load_config
+    from dba3c.envs import env_spaces
+
+    cfg = load_config("configs/breakout.yaml", overrides)
+    assert env_spaces(cfg) == spaces
+    assert make_net_spec(cfg.model, *env_spaces(cfg)).layout().num_params == num_params
+
+
 # --------------------------------------------------------------------------- FLOPs
 
 # FLOPs per state = 2 x multiply-adds:

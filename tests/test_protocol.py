@@ -17,8 +17,9 @@ import pytest
 
 from dba3c.adam import AdamState, adam_update
 from dba3c.config import from_dict
-from dba3c.distributed import (GRAD, STATS, ChiefLink, RemoteParameterClient, Sender,
-                               report_vector, run_ps)
+from dba3c.distributed import (EVAL, GRAD, HEADER, SNAPSHOT, STATS, ChiefLink,
+                               RemoteParameterClient, Sender, report_vector, run_ps)
+from dba3c.params import shard_bounds
 from dba3c.roles import make_roles
 from dba3c.transport import InProcessTransport, wait_until
 
@@ -50,18 +51,20 @@ def grad_of(rank: int, version: int) -> np.ndarray:
     return np.random.default_rng([rank, version]).normal(size=N).astype(np.float32)
 
 
-def make_cfg(workers: int, ps: int, **dist):
+def make_cfg(workers: int, ps: int, eval_every: int = 0, **dist):
     return from_dict({
         "env": {"id": "CartPole-v1"}, "model": {"kind": "mlp"},
         "train": {"max_steps": dist.pop("max_steps", 4), "lr": 0.01},
         "dist": {"ps": ps, "workers": workers, "chief_trains": False, **dist},
-        "run": {"checkpoint_every": 2}, "eval": {"every": 0},
+        "run": {"checkpoint_every": 2},
+        "eval": {"every": eval_every, "rank": eval_every > 0, "episodes": 1},
     })
 
 
-def run_world(cfg, worker_fn, theta0):
-    """Start chief + PS + worker threads; return (fake chief, {rank: [Params, ...]})."""
-    roles = make_roles(1 + cfg.dist.ps + cfg.dist.workers, cfg)
+def run_world(cfg, worker_fn, theta0, evaluator_fn=None):
+    """Start chief + PS + worker (+ evaluator) threads; return (fake chief, {rank: [Params,
+    ...]})."""
+    roles = make_roles(1 + cfg.dist.ps + cfg.dist.workers + int(cfg.eval.rank), cfg)
     transports = InProcessTransport.create_world(roles.world_size)
     chief = FakeChief()
     link = ChiefLink(transports[0], roles, cfg, chief, N)
@@ -85,6 +88,9 @@ def run_world(cfg, worker_fn, theta0):
     threads = [threading.Thread(target=guard, args=(run_ps, transports[p], roles, cfg, N))
                for p in roles.ps]
     threads += [threading.Thread(target=guard, args=(worker, w)) for w in roles.workers]
+    if evaluator_fn is not None:
+        threads.append(threading.Thread(target=guard, args=(
+            evaluator_fn, transports[roles.evaluator], roles)))
     for t in threads:
         t.start()
     deadline = time.monotonic() + 30
@@ -138,6 +144,34 @@ def test_sync_update_is_adam_of_the_mean_gradient(ps):
     np.testing.assert_allclose(m4, state.m_shard, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(v4, state.v_shard, rtol=1e-6, atol=1e-8)
     assert count4 == 4 and chief.step == 4
+
+
+def test_parameter_servers_snapshot_every_eval_every_steps_to_the_evaluator():
+    cfg = make_cfg(workers=2, ps=2, eval_every=2, max_steps=7)
+    theta0 = np.linspace(-1, 1, N).astype(np.float32)
+    snapshots: dict[int, dict[int, np.ndarray]] = {}  # version -> PS rank -> shard
+
+    def evaluator(t, roles):  # records the snapshots until every PS is done
+        done = set()
+        while len(done) < len(roles.ps):
+            for p in set(roles.ps) - done:
+                buf = np.zeros(HEADER + N, np.float32)
+                wait_until(t.irecv(buf, p, SNAPSHOT).test)
+                version = int(buf[:HEADER].view(np.int64)[0])
+                if version == -1:
+                    done.add(p)
+                else:
+                    snapshots.setdefault(version, {})[p] = buf[HEADER:].copy()
+        t.isend(np.array([-1, 0], np.float64), 0, EVAL)  # evaluator finished
+
+    run_world(cfg, train_loop(), theta0, evaluator)
+    roles = make_roles(6, cfg)
+    expected, _ = reference_sync(theta0, cfg, roles.workers, 7)
+    assert sorted(snapshots) == [2, 4, 6]
+    sizes = [hi - lo for lo, hi in shard_bounds(N, len(roles.ps))]
+    for version, shards in snapshots.items():
+        theta = np.concatenate([shards[p][:n] for p, n in zip(roles.ps, sizes)])
+        np.testing.assert_allclose(theta, expected[version], rtol=1e-6, atol=1e-7)
 
 
 def test_backup_workers_drop_late_gradients_and_slow_worker_catches_up():

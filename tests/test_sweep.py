@@ -10,14 +10,7 @@ import pytest
 from conftest import dba3c, read_jsonl
 from dba3c import plots
 from dba3c.rundir import SweepDir
-from launch.sweep import point_result, steady_throughput
-
-
-def test_steady_throughput_is_the_mean_of_the_second_half():
-    metrics = [{"perf/data_points_per_s": r} for r in (10.0, 20.0, 100.0, 200.0, 300.0)]
-    assert steady_throughput(metrics) == pytest.approx((100 + 200 + 300) / 3)
-    assert steady_throughput([{"perf/data_points_per_s": 7.0}]) == 7.0
-    assert steady_throughput([{"step": 1}]) is None
+from launch.sweep import point_result
 
 
 def test_point_result_reads_summary_eval_and_metrics(tmp_path):

@@ -99,40 +99,32 @@ def test_distributed_cartpole_learns_within_3_minutes(run_dir):
     assert metrics[-1]["perf/effective_batch"] == 3 * 32
 
 
-def _parent_pid(pid: int) -> int:
-    """The parent of ``pid`` (0 when it is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0
-    return int(stat.rsplit(")", 1)[1].split()[1])  # the command may contain spaces
-
-
-def _descends_from(pid: int, ancestor: int) -> bool:
-    """True when ``ancestor`` is ``pid``'s parent, grandparent, ..."""
-    while pid > 1:
-        pid = _parent_pid(pid)
-        if pid == ancestor:
-            return True
-    return False
-
-
 def _ranks_of(launcher_pid: int) -> dict[int, int]:
-    """PMI rank -> pid of the dba3c processes started under this launcher (and no other
-    job's ranks on the same machine)."""
-    ranks = {}
+    """PMI rank -> pid of the dba3c processes started under this launcher (its descendants
+    only: ranks of other jobs on the same machine are left alone)."""
+    parents = {}
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
         try:
-            cmd = (proc / "cmdline").read_bytes().split(b"\0")
-            env = (proc / "environ").read_bytes().split(b"\0")
+            parents[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+
+    def launched(pid: int) -> bool:
+        while pid > 1 and pid != launcher_pid:
+            pid = parents.get(pid, 0)
+        return pid == launcher_pid
+
+    ranks = {}
+    for pid in filter(launched, parents):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"dba3c" in cmd and b"train" in cmd and _descends_from(int(proc.name), launcher_pid):
+        if b"dba3c" in cmd and b"train" in cmd:
             for item in env:
                 if item.startswith(b"PMI_RANK="):
-                    ranks[int(item.split(b"=")[1])] = int(proc.name)
+                    ranks[int(item.split(b"=")[1])] = pid
     return ranks
 
 
@@ -163,3 +155,30 @@ def test_sigkill_of_one_rank_ends_the_job_nonzero_within_30s(run_dir, victim):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_library_train_is_the_command_line_train(tmp_path, capsys):
+    """``dba3c.runner.train`` (what the submitit job calls) trains exactly like ``dba3c
+    train`` and reports bad input the same way: one error line, exit code 2, nothing written."""
+    from dba3c.runner import train
+
+    common = ["configs/breakout.yaml", *SYNTH, "model.kind=a3c_ff", "train.batch_size=8",
+              "train.max_seconds=0", "train.max_steps=6"]
+    bad = tmp_path / "bad"
+    assert train(common[0], [*common[1:], "train.lr=-1", f"run.dir={bad}"], 1) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "train.lr" in err[0]
+    assert not bad.exists()
+    library, cli = tmp_path / "library", tmp_path / "cli"
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)}
+    try:
+        assert train(common[0], [*common[1:], f"run.dir={library}"], 1) == 0
+    finally:  # the chief took over the polite signals of this (pytest's) process
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert "run finished at step 6" in capsys.readouterr().err
+    dba3c("train", *common, f"run.dir={cli}")
+    a, b = latest_checkpoint(library), latest_checkpoint(cli)
+    assert a.step == b.step == 6
+    assert_close(a.theta, b.theta)
+    assert_close(a.adam_v, b.adam_v)
