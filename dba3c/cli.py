@@ -142,7 +142,7 @@ def cmd_describe(args) -> int:
     """``dba3c describe``: what a run would be, without running it."""
     from dba3c.config import dump_yaml, load_config
     from dba3c.envs import make_spec
-    from dba3c.roles import check_num_shards, make_roles, required_world_size
+    from dba3c.roles import make_roles, required_world_size
 
     cfg = load_config(args.config, args.overrides)
     spec = make_spec(cfg)
@@ -152,7 +152,6 @@ def cmd_describe(args) -> int:
     print(f"flops_per_data_point: {spec.flops_per_data_point()}")
     workers = args.workers or cfg.dist.workers
     if workers:
-        check_num_shards(cfg.dist.ps, spec.layout().num_params)
         roles = make_roles(required_world_size(cfg, workers), cfg)
         print(f"world_size: {roles.world_size}")
         for line in roles.describe():

@@ -40,7 +40,7 @@ from dba3c.core import Params, ShardServer
 from dba3c.errors import TrainingError, UserError
 from dba3c.pacing import ReplyPacer
 from dba3c.params import shard_bounds
-from dba3c.roles import Roles, check_num_shards, make_roles
+from dba3c.roles import Roles, make_roles
 from dba3c.transport import ANY_SOURCE, Transport, wait_until
 
 GRAD, PARAMS, SNAPSHOT, STATE, PSINFO, STATS, CONTROL, EVAL = range(1, 9)
@@ -540,8 +540,6 @@ def train_distributed(cfg: Config) -> int:
     try:
         make_roles(t.size, cfg)
         spec = make_spec(cfg)
-        if t.size > 1:
-            check_num_shards(cfg.dist.ps, spec.layout().num_params)
     except UserError as e:  # every rank finds the same problem; one reports it
         if t.rank == 0:
             print(f"error: {e}", file=sys.stderr, flush=True)

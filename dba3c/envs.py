@@ -9,6 +9,7 @@ Rewards come out unclipped (real game scores); the learner clips.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import deque
 from dataclasses import dataclass
@@ -139,10 +140,17 @@ class ScoreTracker:
         return float(np.mean(self.recent)) if self.recent else None
 
 
-def make_spec(cfg: Config) -> NetSpec:
-    """The network for the configured env (the simulators are opened briefly)."""
-    pool = make_env_pool(cfg.env, cfg.model, num_envs=1, batch_size=1)
+@functools.lru_cache(maxsize=None)
+def env_spaces(env_id: str, rgb: bool) -> tuple[tuple[int, ...], int]:
+    """(observation shape, number of actions) of ``env_id``: one simulator is opened briefly,
+    once per process (the config validator and the trainer both ask)."""
+    pool = EnvPool(env_id, 1, batch_size=1, rgb=rgb)
     try:
-        return make_net_spec(cfg.model, pool.obs_shape, pool.num_actions)
+        return pool.obs_shape, pool.num_actions
     finally:
         pool.close()
+
+
+def make_spec(cfg: Config) -> NetSpec:
+    """The network for the configured env."""
+    return make_net_spec(cfg.model, *env_spaces(cfg.env.id, cfg.model.obs == "rgb"))
