@@ -47,7 +47,7 @@ class Chief:
         self.tb = TensorBoard(self.dir / "tb")
         self.progress = Progress(cfg.run.progress, cfg.train.max_steps, self.start_step)
         self.t0 = time.monotonic()
-        self.step = self.start_step
+        self.step = self.logged_step = self.start_step
         self.reports: dict[int, dict] = {}
         self.extra: dict = {}  # e.g. dist/* counters from parameter servers
         self._window = (time.monotonic(), 0.0, 0.0, {})  # (t, data points, frames, times)
@@ -123,6 +123,7 @@ class Chief:
 
     # ---- outputs ------------------------------------------------------------------------
     def _log(self, step: int) -> None:
+        self.logged_step = step
         now = time.monotonic()
         reps = list(self.reports.values())
         points = float(sum(r["count/data_points"] for r in reps))
@@ -157,7 +158,11 @@ class Chief:
         checkpoint.write_atomic(self.dir / "summary.json", text.encode())
 
     def close(self) -> None:
-        """Flush everything; the summary records where the run stopped and why."""
+        """Log the last step if it was not (whatever ended the run: a signal, the target
+        score, an error) and flush everything; the summary records where the run stopped and
+        why."""
+        if self.step > self.logged_step:
+            self._log(self.step)
         self.summary.update(stop_reason=self.stop_reason, final_step=self.step)
         self._write_summary()
         self.progress.close()

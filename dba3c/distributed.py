@@ -315,7 +315,8 @@ class ChiefLink:
         self.evals = (Inbox(t, roles.evaluator, EVAL, cfg.eval.episodes + 2, np.float64)
                       if roles.evaluator is not None else None)
         self.pending_state: dict[int, dict[int, np.ndarray]] = {}
-        self.final_states: set[int] = set()
+        self.final_states: dict[int, int] = {}  # PS rank -> the version it ended at
+        self.info_versions: dict[int, int] = {}  # PS rank -> version of its newest PSINFO
         self.final_reports: set[int] = set()
         self.frozen: dict[int, int] = {}
         self.stop_sent = self.stop_at_sent = False
@@ -332,9 +333,15 @@ class ChiefLink:
 
     @property
     def finished(self) -> bool:
-        """Final state from every PS, last report from every worker, evaluator done."""
-        return (len(self.final_states) == len(self.roles.ps) and self.evaluator_done
-                and len(self.final_reports) == len(self.roles.workers) and self.sender.idle())
+        """Final state from every PS and its PSINFO for that final version (sent before the
+        state, but a message of another tag can be received after it: without it the chief
+        would end without logging the last step), last report from every worker, evaluator
+        done."""
+        infos_seen = all(self.info_versions.get(p, -1) >= version
+                         for p, version in self.final_states.items())
+        return (len(self.final_states) == len(self.roles.ps) and infos_seen
+                and self.evaluator_done and len(self.final_reports) == len(self.roles.workers)
+                and self.sender.idle())
 
     def poll(self) -> None:
         """Process whatever arrived; send STOP / STOP_AT when the chief wants to stop."""
@@ -359,6 +366,7 @@ class ChiefLink:
         self._stop_protocol()
 
     def _ps_info(self, p: int, info: np.ndarray) -> None:
+        self.info_versions[p] = int(info[0])
         if p == self.roles.ps[0]:
             extra = self.chief.extra
             extra["dist/replicas"] = self.roles.replicas
@@ -374,7 +382,7 @@ class ChiefLink:
         version, count, final = (int(x) for x in header(msg)[:3])
         self.pending_state.setdefault(version, {})[p] = msg
         if final:
-            self.final_states.add(p)
+            self.final_states[p] = version
         shards = self.pending_state[version]
         if len(shards) < len(self.roles.ps):
             return

@@ -17,8 +17,8 @@ import pytest
 
 from dba3c.adam import AdamState, adam_update
 from dba3c.config import from_dict
-from dba3c.distributed import (GRAD, STATS, ChiefLink, RemoteParameterClient, Sender,
-                               report_vector, run_ps)
+from dba3c.distributed import (GRAD, PSINFO, STATE, STATS, ChiefLink, RemoteParameterClient,
+                               Sender, header, message, report_vector, run_ps)
 from dba3c.roles import make_roles
 from dba3c.transport import InProcessTransport, wait_until
 
@@ -163,6 +163,27 @@ def test_async_applies_every_gradient_and_records_staleness():
     assert chief.step == 9  # one version per applied gradient
     assert "dist/staleness_mean" in chief.extra and chief.extra["dist/staleness_max"] >= 1
     assert sum(len(seq) - 1 for seq in received.values()) >= 6  # replies to pushes
+
+
+def test_chief_is_not_finished_before_the_final_steps_psinfo_arrives():
+    # A PS sends PSINFO(t) and then its final STATE(t), but they have different tags: the
+    # chief can receive the STATE in the same poll after it looked for PSINFO. It must then
+    # keep polling, or the run ends without the chief ever seeing step t (no metrics line).
+    cfg = make_cfg(workers=1, ps=1, max_steps=5)
+    roles = make_roles(3, cfg)
+    chief_t, ps_t, worker_t = InProcessTransport.create_world(3)
+    chief = FakeChief()
+    link = ChiefLink(chief_t, roles, cfg, chief, N)
+    final_state = message(3 * N)
+    header(final_state)[:3] = (5, 5, 1)  # version 5, Adam count 5, final
+    ps_t.isend(final_state, 0, STATE)
+    worker_t.isend(np.append(report_vector({}, final=True), 2), 0, STATS)
+    link.poll()
+    assert link.final_states == {1: 5} and link.final_reports == {2}
+    assert not link.finished and chief.step == 0
+    ps_t.isend(np.array([5, 0, 0, 0, 0, 0], np.float64), 0, PSINFO)
+    link.poll()
+    assert link.finished and chief.step == 5
 
 
 class ManualSends:
