@@ -10,6 +10,7 @@ import os
 import sys
 
 from dba3c.errors import TrainingError, UserError
+from dba3c.tflog import quiet_import
 
 
 class _Parser(argparse.ArgumentParser):
@@ -100,7 +101,8 @@ def parse_args(argv: list[str] | None):
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; exit codes: 0 ok, 1 training failed, 2 bad input."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    level = os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # the user's own level wins
+    quiet_import("tensorflow", int(level) if level.isdigit() else 0)
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["submit"]:  # the submitit launcher has its own options
         from launch.submit import main as submit_main
