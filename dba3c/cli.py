@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def cmd_train(args) -> int:
     """``dba3c train``: world size 1 trains alone, otherwise this rank plays its role."""
-    from dba3c.config import load_config
+    from dba3c.config import is_atari, load_config
+    from dba3c.metrics import next_steps
     from launch.mpienv import world_size_hint
 
     cfg = load_config(args.config, args.overrides)
@@ -137,6 +138,7 @@ def cmd_train(args) -> int:
     summary = train_single(cfg)
     print(f"run finished at step {summary.get('final_step')} "
           f"({summary.get('stop_reason')}); outputs in {cfg.run.dir}", file=sys.stderr)
+    print(next_steps(cfg.run.dir, is_atari(cfg.env.id)), file=sys.stderr)
     return 0
 
 

@@ -35,9 +35,10 @@ import traceback
 import numpy as np
 
 from dba3c.adam import AdamState
-from dba3c.config import Config
+from dba3c.config import Config, is_atari
 from dba3c.core import Params, ShardServer
 from dba3c.errors import TrainingError, UserError
+from dba3c.metrics import next_steps
 from dba3c.pacing import ReplyPacer
 from dba3c.params import shard_bounds
 from dba3c.roles import Roles, make_roles
@@ -573,4 +574,5 @@ def train_distributed(cfg: Config) -> int:
     t.barrier()
     if t.rank == 0:
         print(f"run finished; outputs in {cfg.run.dir}", file=sys.stderr)
+        print(next_steps(cfg.run.dir, is_atari(cfg.env.id)), file=sys.stderr)
     return 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -25,6 +26,18 @@ def truncate_jsonl(path: Path, max_step: int) -> None:
     kept = [line for line in path.read_text(errors="replace").splitlines()
             if (record := _parse(line)) is not None and record.get("step", 0) <= max_step]
     write_atomic(path, "".join(line + "\n" for line in kept).encode())
+
+
+def next_steps(run_dir: str, atari: bool) -> str:
+    """The line that ends a run: commands to paste that use its outputs (figures,
+    TensorBoard, an evaluation; with a gameplay video for Atari games)."""
+    run = Path(run_dir)
+    evaluate = f"dba3c evaluate {shlex.quote(str(run))} --episodes 10"
+    if atari:
+        evaluate += f" --video {shlex.quote(str(run / 'game.mp4'))}"
+    return (f"next: dba3c plot {shlex.quote(str(run))} --out "
+            f"{shlex.quote(str(run / 'plots'))}; tensorboard --logdir "
+            f"{shlex.quote(str(run / 'tb'))}; {evaluate}")
 
 
 def _parse(line: str) -> dict | None:
