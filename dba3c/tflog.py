@@ -81,10 +81,10 @@ class _QuietFinder(importlib.abc.MetaPathFinder):
     """Finds ``name`` once, the usual way, and hands it a :class:`_QuietLoader`."""
 
     def __init__(self, name: str, min_level: int):
-        self._name, self._min_level = name, min_level
+        self.name, self._min_level = name, min_level
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != self._name:
+        if fullname != self.name:
             return None
         sys.meta_path.remove(self)  # once: the real finders do the rest
         spec = importlib.util.find_spec(fullname)
@@ -95,7 +95,8 @@ class _QuietFinder(importlib.abc.MetaPathFinder):
 
 def quiet_import(name: str, min_level: int) -> None:
     """Make the first import of top-level module ``name`` in this process drop the C++ log
-    lines that ``TF_CPP_MIN_LOG_LEVEL=min_level`` should have hidden (nothing at level 0 or
-    when it is already imported)."""
-    if min_level >= 1 and name not in sys.modules:
+    lines that ``TF_CPP_MIN_LOG_LEVEL=min_level`` should have hidden (nothing at level 0, when
+    it is already imported, or when an earlier call still waits for that import)."""
+    waiting = any(isinstance(f, _QuietFinder) and f.name == name for f in sys.meta_path)
+    if min_level >= 1 and name not in sys.modules and not waiting:
         sys.meta_path.insert(0, _QuietFinder(name, min_level))

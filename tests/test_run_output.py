@@ -159,6 +159,8 @@ def test_quiet_import_drops_only_noise_and_keeps_the_rest_in_order(tmp_path, mon
         "VALUE = 42\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     quiet_import(module, 2)
+    quiet_import(module, 2)  # e.g. cli.main called twice in one process: one filter
+    assert sum(type(f).__name__ == "_QuietFinder" for f in sys.meta_path) == 1
     try:
         imported = __import__(module)
     finally:
