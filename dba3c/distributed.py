@@ -396,21 +396,27 @@ class ChiefLink:
         del self.pending_state[version]
 
     def _stop_protocol(self) -> None:
-        if self.chief.stop_reason is None or self.final_states:
+        """STOP every PS, then STOP_AT the highest version they froze at. A PS that ended by
+        itself (train.max_steps) before it saw STOP counts as frozen at its final version:
+        a PS frozen one step behind it is told to catch up instead of waiting forever."""
+        if self.chief.stop_reason is None or self.stop_at_sent:
             return
         if not self.stop_sent:
-            self.stop_sent = True
-            self.sender.send(np.array([STOP, 0], np.int64), self.roles.ps, CONTROL)
+            if not self.final_states:  # once one PS ended at train.max_steps, all will
+                self.stop_sent = True
+                self.sender.send(np.array([STOP, 0], np.int64), self.roles.ps, CONTROL)
             return
-        if self.cfg.dist.mode == "async" or self.stop_at_sent:
+        if self.cfg.dist.mode == "async":
             return
         for p, inbox in self.replies.items():
             if (reply := inbox.poll()) is not None:
                 self.frozen[p] = int(reply[1])
-        if len(self.frozen) == len(self.roles.ps):
-            stop_at = max(self.frozen.values())
+        frozen = {**self.frozen, **self.final_states}
+        if len(frozen) == len(self.roles.ps):
             self.stop_at_sent = True
-            self.sender.send(np.array([STOP_AT, stop_at], np.int64), self.roles.ps, CONTROL)
+            waiting = [p for p in self.roles.ps if p not in self.final_states]
+            self.sender.send(np.array([STOP_AT, max(frozen.values())], np.int64), waiting,
+                             CONTROL)
 
 
 # ---- evaluator ----------------------------------------------------------------------------
