@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -53,6 +54,10 @@ class Chief:
         self._window = (time.monotonic(), 0.0, 0.0, {})  # (t, data points, frames, times)
         self.stop_reason: str | None = None
         self._stop_at_max_steps(self.start_step)  # a finished run started again: nothing to do
+        if self.stop_reason:
+            print(f"{self.dir} is at step {self.start_step}: train.max_steps="
+                  f"{cfg.train.max_steps} reached, nothing to train (raise train.max_steps or "
+                  f"use a new run.dir)", file=sys.stderr, flush=True)
         self.summary.setdefault("target_score", cfg.eval.target_score)
         self.summary.setdefault("time_to_target_s", None)
 

@@ -76,6 +76,15 @@ def test_the_users_own_tf_log_level_wins(run_dir):
     assert_final_line_at_max_steps(run_dir)
 
 
+def test_a_finished_run_started_again_says_why_it_logs_nothing(run_dir):
+    train(run_dir)
+    before = (run_dir / "metrics.jsonl").read_text()
+    proc = train(run_dir)
+    assert (f"{run_dir} is at step 7: train.max_steps=7 reached, nothing to train"
+            in proc.stderr)
+    assert (run_dir / "metrics.jsonl").read_text() == before
+
+
 @pytest.mark.slow
 def test_one_process_writes_the_final_line_on_a_busy_host(run_dir, busy_host):
     train(run_dir)
