@@ -22,6 +22,7 @@ import os
 import re
 import sys
 import tempfile
+from typing import Iterator
 
 ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog() is called"
 # abseil's prefix, e.g. "I0000 00:00:1795450614.750164    7826 port.cc:153] ..."
@@ -41,7 +42,7 @@ def is_below_level(line: str, min_level: int) -> bool:
 
 
 @contextlib.contextmanager
-def filtered_stderr(min_level: int):
+def filtered_stderr(min_level: int) -> Iterator[None]:
     """Hold back what is written to file descriptor 2 inside the block; afterwards write it
     out without the lines :func:`is_below_level` drops."""
     sys.stderr.flush()
