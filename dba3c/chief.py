@@ -148,7 +148,7 @@ class Chief:
         }
         for key in ("loss/policy", "loss/value", "loss/entropy", "loss/total",
                     "perf/policy_lag"):
-            values = [r[key] for r in reps if key in r]
+            values = [r[key] for r in reps if r.get(key) is not None]  # a last report: None
             record[key] = float(np.mean(values)) if values else None
         for k in FRACTIONS:  # fraction of wall time per worker, averaged over workers
             record[f"time/{k}"] = (times[k] - times_prev.get(k, 0.0)) / dt / max(len(reps), 1)

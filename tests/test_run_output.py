@@ -107,26 +107,50 @@ def test_launch_writes_the_final_line_on_a_busy_host(run_dir, busy_host):
 
 
 # ---- the pieces ----------------------------------------------------------------------------
-def test_a_run_ended_between_log_steps_still_logs_its_last_step(tmp_path):
-    """A stop that comes between log steps (a signal, the target score) and leaves no further
-    step: closing the run logs the step it ended at."""
+REPORT = {"count/data_points": 0, "count/env_frames": 0, "train/online_score": None,
+          **{f"time/{k}": 0.0 for k in ("compute", "wait_data", "wait_params", "predict",
+                                        "emulate")}}
+
+
+def make_chief(run_dir: Path):
+    """A Chief of a CartPole run logging every 5 steps."""
     from dba3c.chief import Chief
     from dba3c.models import make_net_spec
 
     cfg = from_dict({"env": {"id": "CartPole-v1"}, "model": {"kind": "mlp"},
                      "train": {"max_steps": 100}, "eval": {"every": 0},
-                     "run": {"dir": str(tmp_path), "log_every": 5, "progress": "none"}})
-    layout = make_net_spec(cfg.model, (4,), 2).layout()
-    chief = Chief(cfg, None, layout, num_workers=1)
-    report = {"count/data_points": 0, "count/env_frames": 0, "train/online_score": None,
-              **{f"time/{k}": 0.0 for k in ("compute", "wait_data", "wait_params", "predict",
-                                             "emulate")}}
-    chief.worker_report(0, report)
+                     "run": {"dir": str(run_dir), "log_every": 5, "progress": "none"}})
+    return Chief(cfg, None, make_net_spec(cfg.model, (4,), 2).layout(), num_workers=2)
+
+
+def test_a_run_ended_between_log_steps_still_logs_its_last_step(tmp_path):
+    """A stop that comes between log steps (a signal, the target score) and leaves no further
+    step: closing the run logs the step it ended at."""
+    chief = make_chief(tmp_path)
+    chief.worker_report(0, REPORT)
     for step in range(1, 8):
         chief.on_step(step)
     chief.request_stop("signal SIGTERM")
     chief.close()
     assert [m["step"] for m in read_jsonl(tmp_path / "metrics.jsonl")] == [5, 7]
+
+
+def test_a_workers_last_report_without_losses_is_logged(tmp_path):
+    """A worker's last report comes over STATS with its losses as NaN, read back as None; a
+    step logged after it (the final one, typically) averages the losses that were sent. (The
+    chief used to fail on it: rank 0 died without the final metrics line.)"""
+    from dba3c.distributed import report_dict, report_vector
+
+    chief = make_chief(tmp_path)
+    chief.worker_report(0, {**REPORT, "loss/total": 2.0, "perf/policy_lag": 1.0})
+    last, final = report_dict(report_vector(REPORT, final=True))
+    assert final and last["loss/total"] is None
+    chief.worker_report(3, last)
+    chief.on_step(5)
+    chief.close()
+    record = read_jsonl(tmp_path / "metrics.jsonl")[-1]
+    assert (record["step"], record["loss/total"], record["perf/policy_lag"]) == (5, 2.0, 1.0)
+    assert record["loss/policy"] is None  # sent by no worker
 
 
 def test_next_steps_names_the_run_directory_and_a_video_only_for_atari():
