@@ -9,6 +9,7 @@ evaluations through :meth:`on_eval`. It never talks to other ranks itself.
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -44,12 +45,16 @@ class Chief:
         self.tb = TensorBoard(self.run_dir.tensorboard_dir, use_tensorflow=not cfg.synthetic.enabled)
         self.progress = Progress(cfg.run.progress, cfg.train.max_steps, self.start_step)
         self.t0 = time.monotonic()
-        self.step = self.start_step
+        self.step = self.logged_step = self.start_step
         self.reports: dict[int, dict] = {}
         self.extra: dict = {}  # e.g. dist/* counters from parameter servers
         self._window = (time.monotonic(), 0.0, 0.0, {})  # (t, data points, frames, times)
         self.stop_reason: str | None = None
         self._stop_at_max_steps(self.start_step)  # a finished run started again: nothing to do
+        if self.stop_reason:
+            print(f"{self.run_dir.path} is at step {self.start_step}: train.max_steps="
+                  f"{cfg.train.max_steps} reached, nothing to train (raise train.max_steps or "
+                  f"use a new run.dir)", file=sys.stderr, flush=True)
         self.summary.setdefault("target_score", cfg.eval.target_score)
         self.summary.setdefault("time_to_target_s", None)
 
@@ -120,6 +125,7 @@ class Chief:
 
     # ---- outputs ------------------------------------------------------------------------
     def _log(self, step: int) -> None:
+        self.logged_step = step
         now = time.monotonic()
         reps = list(self.reports.values())
         points = float(sum(r["count/data_points"] for r in reps))
@@ -155,7 +161,11 @@ class Chief:
                                     "time_s": self.elapsed()})
 
     def close(self) -> None:
-        """Flush everything; the summary records where the run stopped and why."""
+        """Log the last step if it was not (whatever ended the run: a signal, the target
+        score, an error) and flush everything; the summary records where the run stopped and
+        why."""
+        if self.step > self.logged_step:
+            self._log(self.step)
         self.summary.update(stop_reason=self.stop_reason, final_step=self.step)
         self._write_summary()
         self.progress.close()

@@ -10,6 +10,7 @@ import os
 import sys
 
 from dba3c.errors import UserError, exit_code
+from dba3c.tflog import quiet_tensorflow
 
 
 class _Parser(argparse.ArgumentParser):
@@ -108,7 +109,7 @@ def parse_args(argv: list[str] | None):
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; exit codes: 0 ok, 1 training failed, 2 bad input."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_tensorflow(os.environ)
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["submit"]:  # the submitit launcher has its own options
         from launch.submit import main as submit_main
@@ -135,7 +136,7 @@ def cmd_describe(args) -> int:
     from dba3c.config import dump_yaml, load_config
     from dba3c.envs import env_spaces
     from dba3c.models import make_net_spec
-    from dba3c.roles import check_num_shards, make_roles, required_world_size
+    from dba3c.roles import make_roles, required_world_size
 
     cfg = load_config(args.config, args.overrides)
     spec = make_net_spec(cfg.model, *env_spaces(cfg))
@@ -145,7 +146,6 @@ def cmd_describe(args) -> int:
     print(f"flops_per_data_point: {spec.flops_per_data_point()}")
     workers = args.workers or cfg.dist.workers
     if workers:
-        check_num_shards(cfg.dist.ps, spec.layout().num_params)
         roles = make_roles(required_world_size(cfg, workers), cfg)
         print(f"world_size: {roles.world_size}")
         for line in roles.describe():

@@ -276,6 +276,23 @@ def _env_id_error(env_id: str) -> str | None:
     return f"env.id={env_id!r} is not a known environment ({hint})"
 
 
+def num_shards_error(num_ps: int, num_params: int) -> str | None:
+    """The message for ``num_params`` parameters not splitting into ``num_ps`` non-empty
+    shards (None when they do)."""
+    if num_ps <= num_params:
+        return None
+    return (f"dist.ps={num_ps} must be <= the model's {num_params} parameters "
+            f"(every parameter server needs a non-empty shard)")
+
+
+def _num_params(cfg: Config) -> int:
+    """The parameter count of the configured network (no TensorFlow: the pure layout)."""
+    from dba3c.envs import env_spaces
+    from dba3c.models import make_net_spec
+
+    return make_net_spec(cfg.model, *env_spaces(cfg)).layout().num_params
+
+
 def _cross_field_errors(cfg: Config) -> list[str]:
     """Rules that involve more than one key."""
     errors = []
@@ -286,9 +303,12 @@ def _cross_field_errors(cfg: Config) -> list[str]:
     if atari and cfg.model.kind == "mlp":
         errors.append(f"model.kind='mlp' needs a vector-observation env, not the Atari game "
                       f"env.id={cfg.env.id!r} (use ba3c or a3c_ff)")
-    if not atari and cfg.model.kind != "mlp":
+    elif not atari and cfg.model.kind != "mlp":
         errors.append(f"model.kind={cfg.model.kind!r} needs an Atari env; env.id="
                       f"{cfg.env.id!r} has vector observations (use mlp)")
+    elif cfg.dist.ps > 1:  # one shard always fits; counting opens a simulator briefly
+        problem = num_shards_error(cfg.dist.ps, _num_params(cfg))
+        errors += [problem] if problem else []
     workers = cfg.dist.workers
     if workers and cfg.dist.replicas_to_aggregate > workers:
         errors.append(f"dist.replicas_to_aggregate={cfg.dist.replicas_to_aggregate} must be "

@@ -42,13 +42,14 @@ import traceback
 import numpy as np
 
 from dba3c.adam import AdamState
-from dba3c.config import Config
+from dba3c.config import Config, is_atari
 from dba3c.core import EvalSchedule, Params, ShardServer
 from dba3c.errors import TrainingError, UserError
+from dba3c.metrics import next_steps
 from dba3c.models import NetSpec
 from dba3c.pacing import ReplyPacer
 from dba3c.params import shard_bounds
-from dba3c.roles import Roles, check_num_shards, make_roles
+from dba3c.roles import Roles, make_roles
 from dba3c.synthetic import check_slow_workers
 from dba3c.transport import ANY_SOURCE, Transport, wait_until
 from dba3c.watchdog import StallClock, stalled_ranks
@@ -345,7 +346,8 @@ class ChiefLink:
         self.evals = (Inbox(t, roles.evaluator, EVAL, cfg.eval.episodes + 2, np.float64)
                       if roles.evaluator is not None else None)
         self.pending_state: dict[int, dict[int, np.ndarray]] = {}
-        self.final_states: set[int] = set()
+        self.final_states: dict[int, int] = {}  # PS rank -> the version it ended at
+        self.info_versions: dict[int, int] = {}  # PS rank -> version of its newest PSINFO
         self.final_reports: set[int] = set()
         self.frozen: dict[int, int] = {}
         self.stop_sent = self.stop_at_sent = False
@@ -362,9 +364,15 @@ class ChiefLink:
 
     @property
     def finished(self) -> bool:
-        """Final state from every PS, last report from every worker, evaluator done."""
-        return (len(self.final_states) == len(self.roles.ps) and self.evaluator_done
-                and len(self.final_reports) == len(self.roles.workers) and self.sender.idle())
+        """Final state from every PS and its PSINFO for that final version (sent before the
+        state, but a message of another tag can be received after it: without it the chief
+        would end without logging the last step), last report from every worker, evaluator
+        done."""
+        infos_seen = all(self.info_versions.get(p, -1) >= version
+                         for p, version in self.final_states.items())
+        return (len(self.final_states) == len(self.roles.ps) and infos_seen
+                and self.evaluator_done and len(self.final_reports) == len(self.roles.workers)
+                and self.sender.idle())
 
     def poll(self) -> None:
         """Process whatever arrived; send STOP / STOP_AT when the chief wants to stop."""
@@ -416,6 +424,7 @@ class ChiefLink:
                             f"dist.stall_timeout={timeout:g})")
 
     def _ps_info(self, p: int, info: np.ndarray) -> None:
+        self.info_versions[p] = int(info[0])
         if p == self.roles.ps[0]:
             extra = self.chief.extra
             extra["dist/replicas"] = self.roles.replicas
@@ -433,7 +442,7 @@ class ChiefLink:
         version, count, final = (int(x) for x in header(msg)[:3])
         self.pending_state.setdefault(version, {})[p] = msg
         if final:
-            self.final_states.add(p)
+            self.final_states[p] = version
             self.clock.progress(time.monotonic())
         shards = self.pending_state[version]
         if len(shards) < len(self.roles.ps):
@@ -447,21 +456,27 @@ class ChiefLink:
         del self.pending_state[version]
 
     def _stop_protocol(self) -> None:
-        if self.chief.stop_reason is None or self.final_states:
+        """STOP every PS, then STOP_AT the highest version they froze at. A PS that ended by
+        itself (train.max_steps) before it saw STOP counts as frozen at its final version:
+        a PS frozen one step behind it is told to catch up instead of waiting forever."""
+        if self.chief.stop_reason is None or self.stop_at_sent:
             return
         if not self.stop_sent:
-            self.stop_sent = True
-            self.sender.send(np.array([STOP, 0], np.int64), self.roles.ps, CONTROL)
+            if not self.final_states:  # once one PS ended at train.max_steps, all will
+                self.stop_sent = True
+                self.sender.send(np.array([STOP, 0], np.int64), self.roles.ps, CONTROL)
             return
-        if self.cfg.dist.mode == "async" or self.stop_at_sent:
+        if self.cfg.dist.mode == "async":
             return
         for p, inbox in self.replies.items():
             if (reply := inbox.poll()) is not None:
                 self.frozen[p] = int(reply[1])
-        if len(self.frozen) == len(self.roles.ps):
-            stop_at = max(self.frozen.values())
+        frozen = {**self.frozen, **self.final_states}
+        if len(frozen) == len(self.roles.ps):
             self.stop_at_sent = True
-            self.sender.send(np.array([STOP_AT, stop_at], np.int64), self.roles.ps, CONTROL)
+            waiting = [p for p in self.roles.ps if p not in self.final_states]
+            self.sender.send(np.array([STOP_AT, max(frozen.values())], np.int64), waiting,
+                             CONTROL)
 
 
 # ---- evaluator ----------------------------------------------------------------------------
@@ -610,8 +625,6 @@ def train_distributed(cfg: Config) -> int:
     try:
         roles = make_roles(t.size, cfg)
         spec = make_net_spec(cfg.model, *env_spaces(cfg))
-        if t.size > 1:
-            check_num_shards(cfg.dist.ps, spec.layout().num_params)
         if cfg.synthetic.enabled:
             check_slow_workers(cfg.synthetic.slow_workers, roles.num_workers)
     except UserError as e:  # every rank finds the same problem; one reports it
@@ -639,4 +652,5 @@ def train_distributed(cfg: Config) -> int:
     t.barrier()
     if t.rank == 0:
         print(f"run finished; outputs in {cfg.run.dir}", file=sys.stderr)
+        print(next_steps(cfg.run.dir, is_atari(cfg.env.id)), file=sys.stderr)
     return 0

@@ -11,6 +11,7 @@ Rewards come out unclipped (real game scores); the learner clips.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import deque
 from dataclasses import dataclass
@@ -140,11 +141,16 @@ class ScoreTracker:
         return float(np.mean(self.recent)) if self.recent else None
 
 
-def env_spaces(cfg: Config) -> tuple[tuple[int, ...], int]:
-    """The configured env's observation shape and number of actions (the simulators are
-    opened briefly)."""
-    pool = make_env_pool(cfg.env, cfg.model, num_envs=1, batch_size=1)
+@functools.lru_cache(maxsize=None)
+def _spaces(env_id: str, rgb: bool) -> tuple[tuple[int, ...], int]:
+    pool = EnvPool(env_id, 1, batch_size=1, rgb=rgb)
     try:
         return pool.obs_shape, pool.num_actions
     finally:
         pool.close()
+
+
+def env_spaces(cfg: Config) -> tuple[tuple[int, ...], int]:
+    """(observation shape, number of actions) of the configured env: one simulator is opened
+    briefly, once per process (the config validator and the trainer both ask)."""
+    return _spaces(cfg.env.id, cfg.model.obs == "rgb")

@@ -8,10 +8,13 @@ One metrics namespace everywhere: ``loss/*``, ``perf/*``, ``train/*``, ``eval/*`
 from __future__ import annotations
 
 import math
+import shlex
 import sys
 import time
 import types
 from pathlib import Path
+
+from dba3c.rundir import RunDir
 
 
 def steady_throughput(metrics: list[dict]) -> float | None:
@@ -21,6 +24,19 @@ def steady_throughput(metrics: list[dict]) -> float | None:
              if m.get("perf/data_points_per_s") is not None]
     tail = rates[len(rates) // 2:]
     return sum(tail) / len(tail) if tail else None
+
+
+def next_steps(run_dir: str, atari: bool) -> str:
+    """The line that ends a run: commands to paste that use its outputs (figures,
+    TensorBoard, an evaluation; with a gameplay video for Atari games)."""
+    run = Path(run_dir)
+    tb = RunDir(run).tensorboard_dir
+    evaluate = f"dba3c evaluate {shlex.quote(str(run))} --episodes 10"
+    if atari:
+        evaluate += f" --video {shlex.quote(str(run / 'game.mp4'))}"
+    return (f"next: dba3c plot {shlex.quote(str(run))} --out "
+            f"{shlex.quote(str(run / 'plots'))}; tensorboard --logdir "
+            f"{shlex.quote(str(tb))}; {evaluate}")
 
 
 class Progress:

@@ -59,13 +59,6 @@ def required_world_size(cfg, num_workers: int) -> int:
             + (1 if cfg.eval.rank else 0))
 
 
-def check_num_shards(num_ps: int, num_params: int) -> None:
-    """UserError unless ``num_params`` parameters split into ``num_ps`` non-empty shards."""
-    if num_ps > num_params:
-        raise UserError(f"dist.ps={num_ps} must be <= the model's {num_params} parameters "
-                        f"(every parameter server needs a non-empty shard)")
-
-
 def make_roles(world_size: int, cfg) -> Roles:
     """The layout for ``world_size`` ranks; UserError if it cannot hold one worker."""
     if world_size == 1:

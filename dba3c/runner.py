@@ -13,10 +13,11 @@ import sys
 
 from dba3c import checkpoint
 from dba3c.chief import Chief
-from dba3c.config import Config, load_config
+from dba3c.config import Config, is_atari, load_config
 from dba3c.core import LocalParameterServer, Params
 from dba3c.envs import EnvPool, env_spaces, make_env_pool
 from dba3c.errors import UserError, exit_code
+from dba3c.metrics import next_steps
 from dba3c.models import NetSpec, make_net_spec
 
 
@@ -39,6 +40,7 @@ def train(config_path: str, overrides: list[str], world_size: int) -> int:
         summary = train_single(cfg)
         print(f"run finished at step {summary.get('final_step')} "
               f"({summary.get('stop_reason')}); outputs in {cfg.run.dir}", file=sys.stderr)
+        print(next_steps(cfg.run.dir, is_atari(cfg.env.id)), file=sys.stderr)
         return 0
 
     return exit_code(run)

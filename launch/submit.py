@@ -28,6 +28,7 @@ from dba3c.config import load_config
 from dba3c.errors import UserError
 from dba3c.roles import make_roles
 from dba3c.rundir import RunDir
+from dba3c.tflog import quiet_tensorflow
 
 
 class TrainJob(submitit.helpers.Checkpointable):
@@ -44,7 +45,7 @@ class TrainJob(submitit.helpers.Checkpointable):
         from dba3c.runner import train
         from launch.mpienv import world_size_hint
 
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        quiet_tensorflow(os.environ)
         rc = train(self.config, self.overrides, world_size_hint())
         if rc != 0:
             raise RuntimeError(f"dba3c train exited with code {rc} (see the job log)")
@@ -162,5 +163,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_tensorflow(os.environ)
     sys.exit(main())

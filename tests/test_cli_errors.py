@@ -72,6 +72,13 @@ CASES = [
       "dist.replicas_to_aggregate=3"], "must be <= the number of workers (2)"),
     (["describe", "configs/cartpole.yaml", "--workers", "2", "dist.ps=5000"],
      "dist.ps=5000 must be <= the model's 4675 parameters"),
+    # whatever the world size: one process refuses it too (4 actions: 322,437 parameters)
+    (["train", "configs/breakout.yaml", "dist.ps=1000000000"],
+     "dist.ps=1000000000 must be <= the model's 322437 parameters"),
+    (["describe", "configs/cartpole.yaml", "dist.ps=4676"],
+     "dist.ps=4676 must be <= the model's 4675 parameters"),
+    (["launch", "configs/cartpole.yaml", "--workers", "1", "--ps", "4676"],
+     "dist.ps=4676 must be <= the model's 4675 parameters"),
     (["bench", "--long", "60", "--run-dir", "{run}"],
      "exists; a long run needs a fresh directory"),
     (["bench", "--long", "0"], "--long 0 must be a positive"),

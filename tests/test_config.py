@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from dba3c.config import (Config, all_keys, describe_keys, dump_yaml, from_dict, load_config,
-                          parse_overrides, validate)
+                          num_shards_error, parse_overrides, validate)
 from dba3c.errors import UserError
-from dba3c.roles import check_num_shards, make_roles, required_world_size
+from dba3c.roles import make_roles, required_world_size
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -293,9 +293,21 @@ def test_roles_partition_every_rank(ps, chief_trains, eval_rank, num_workers):
 
 
 def test_every_parameter_server_needs_a_non_empty_shard():
-    check_num_shards(7, 7)  # one parameter each: allowed
-    with pytest.raises(UserError, match="dist.ps=8 must be <= the model's 7 parameters"):
-        check_num_shards(8, 7)
+    assert num_shards_error(7, 7) is None  # one parameter each: allowed
+    assert "dist.ps=8 must be <= the model's 7 parameters" in num_shards_error(8, 7)
+
+
+def test_validator_refuses_more_parameter_servers_than_parameters_at_any_world_size():
+    # CartPole (4 inputs, 2 actions), MLP with 1 unit: dense 4x1+1, dense 1x1+1,
+    # policy 1x2+2, value 1x1+1 = 13 parameters
+    cartpole = {"env": {"id": "CartPole-v1"}, "model": {"kind": "mlp", "hidden": 1}}
+    assert from_dict({**cartpole, "dist": {"ps": 13}}).dist.ps == 13
+    with pytest.raises(UserError) as refused:
+        from_dict({"env": {"id": "CartPole-v1", "num_envs": 2, "batch_size": 3},
+                   "model": cartpole["model"], "dist": {"ps": 14}})
+    message = str(refused.value)  # reported together with the other cross-field errors
+    assert "dist.ps=14 must be <= the model's 13 parameters" in message
+    assert "env.batch_size=3 must be <= env.num_envs=2" in message
 
 
 def test_roles_async_aggregates_one_gradient():

@@ -17,8 +17,9 @@ import pytest
 
 from dba3c.adam import AdamState, adam_update
 from dba3c.config import from_dict
-from dba3c.distributed import (EVAL, GRAD, HEADER, SNAPSHOT, STATS, ChiefLink,
-                               RemoteParameterClient, Sender, report_vector, run_ps)
+from dba3c.distributed import (CONTROL, EVAL, FROZEN, GRAD, HEADER, PSINFO, SNAPSHOT, STATE,
+                               STATS, STOP, STOP_AT, ChiefLink, RemoteParameterClient, Sender,
+                               header, message, report_vector, run_ps)
 from dba3c.params import shard_bounds
 from dba3c.roles import make_roles
 from dba3c.transport import InProcessTransport, wait_until
@@ -197,6 +198,73 @@ def test_async_applies_every_gradient_and_records_staleness():
     assert chief.step == 9  # one version per applied gradient
     assert "dist/staleness_mean" in chief.extra and chief.extra["dist/staleness_max"] >= 1
     assert sum(len(seq) - 1 for seq in received.values()) >= 6  # replies to pushes
+
+
+def test_chief_is_not_finished_before_the_final_steps_psinfo_arrives():
+    # A PS sends PSINFO(t) and then its final STATE(t), but they have different tags: the
+    # chief can receive the STATE in the same poll after it looked for PSINFO. It must then
+    # keep polling, or the run ends without the chief ever seeing step t (no metrics line).
+    cfg = make_cfg(workers=1, ps=1, max_steps=5)
+    roles = make_roles(3, cfg)
+    chief_t, ps_t, worker_t = InProcessTransport.create_world(3)
+    chief = FakeChief()
+    link = ChiefLink(chief_t, roles, cfg, chief, N)
+    final_state = message(3 * N)
+    header(final_state)[:3] = (5, 5, 1)  # version 5, Adam count 5, final
+    ps_t.isend(final_state, 0, STATE)
+    worker_t.isend(np.append(report_vector({}, final=True), 2), 0, STATS)
+    link.poll()
+    assert link.final_states == {1: 5} and link.final_reports == {2}
+    assert not link.finished and chief.step == 0
+    ps_t.isend(np.array([5, 0, 0, 0, 0, 0], np.float64), 0, PSINFO)
+    link.poll()
+    assert link.finished and chief.step == 5
+
+
+def control_messages(t: InProcessTransport) -> list[list[int]]:
+    """The CONTROL messages rank ``t`` has been sent by the chief, in order."""
+    received = []
+    while True:
+        buf = np.zeros(2, np.int64)
+        if not t.irecv(buf, 0, CONTROL).test():
+            return received
+        received.append(buf.tolist())
+
+
+def test_a_ps_frozen_behind_one_that_already_ended_is_told_to_catch_up():
+    # The chief stops at train.max_steps=5 on PS 1's PSINFO and sends STOP before PS 1's
+    # final state arrives. PS 1 has ended at 5 and never answers STOP; PS 2, descheduled,
+    # saw STOP before the last gradients and froze at 4. PS 1 counts as frozen at 5, so
+    # PS 2 gets STOP_AT 5 (it used to wait for it forever: a hang).
+    cfg = make_cfg(workers=1, ps=2, max_steps=5)
+    roles = make_roles(4, cfg)
+    chief_t, ps1_t, ps2_t, _ = InProcessTransport.create_world(4)
+    chief = FakeChief()
+    link = ChiefLink(chief_t, roles, cfg, chief, N)
+    chief.step, chief.stop_reason = 5, "train.max_steps=5 reached"
+    link.poll()
+    (lo, hi), _ = shard_bounds(N, 2)
+    final_state = message(3 * (hi - lo))
+    header(final_state)[:3] = (5, 5, 1)
+    ps1_t.isend(final_state, 0, STATE)
+    ps2_t.isend(np.array([FROZEN, 4], np.int64), 0, CONTROL)
+    link.poll()
+    assert control_messages(ps2_t) == [[STOP, 0], [STOP_AT, 5]]
+    assert control_messages(ps1_t) == [[STOP, 0]]  # nothing more for a PS that has ended
+
+
+def test_no_stop_once_a_ps_ended_at_max_steps_by_itself():
+    cfg = make_cfg(workers=1, ps=2, max_steps=5)
+    chief_t, ps1_t, ps2_t, _ = InProcessTransport.create_world(4)
+    chief = FakeChief()
+    link = ChiefLink(chief_t, make_roles(4, cfg), cfg, chief, N)
+    (lo, hi), _ = shard_bounds(N, 2)
+    final_state = message(3 * (hi - lo))
+    header(final_state)[:3] = (5, 5, 1)
+    ps1_t.isend(final_state, 0, STATE)
+    chief.step, chief.stop_reason = 5, "train.max_steps=5 reached"
+    link.poll()
+    assert control_messages(ps1_t) == control_messages(ps2_t) == []  # PS 2 ends by itself
 
 
 class ManualSends:
