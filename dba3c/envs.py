@@ -141,7 +141,7 @@ class ScoreTracker:
         return float(np.mean(self.recent)) if self.recent else None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _spaces(env_id: str, rgb: bool) -> tuple[tuple[int, ...], int]:
     pool = EnvPool(env_id, 1, batch_size=1, rgb=rgb)
     try:

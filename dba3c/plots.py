@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import csv
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import mean
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter, NullLocator

@@ -22,7 +22,7 @@ import os
 import re
 import sys
 import tempfile
-from typing import Iterator, MutableMapping
+from collections.abc import Iterator, MutableMapping
 
 ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog() is called"
 # abseil's prefix, e.g. "I0000 00:00:1795450614.750164    7826 port.cc:153] ..."

@@ -20,7 +20,8 @@ import termios
 import threading
 import time
 from collections import deque
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
@@ -111,7 +112,7 @@ class _Done:
 
 
 class _InProcessRecv:
-    def __init__(self, world: "_World", rank: int, buf: np.ndarray, source: int, tag: int):
+    def __init__(self, world: _World, rank: int, buf: np.ndarray, source: int, tag: int):
         self._world, self._rank, self._buf = world, rank, buf
         self._source, self._tag, self._done = source, tag, False
 
@@ -180,7 +181,7 @@ class InProcessTransport:
         self._world, self.rank, self.size = world, rank, world.size
 
     @staticmethod
-    def create_world(size: int) -> list["InProcessTransport"]:
+    def create_world(size: int) -> list[InProcessTransport]:
         """Transports for ranks 0..size-1 sharing one world."""
         world = _World(size)
         return [InProcessTransport(world, r) for r in range(size)]
