@@ -21,7 +21,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -66,7 +66,7 @@ def wait_until(done: Callable[[], bool], idle: Callable[[], None] | None = None,
 class MpiTransport:
     """mpi4py buffer-based nonblocking point-to-point on COMM_WORLD."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         from mpi4py import MPI
 
         self._mpi = MPI
@@ -99,7 +99,7 @@ class MpiTransport:
 
 
 class _MpiRequest:
-    def __init__(self, request):
+    def __init__(self, request: Any):
         self._request = request
 
     def test(self) -> bool:
@@ -142,7 +142,7 @@ class _World:
         with self.lock:
             self.boxes[dest].append((source, tag, data))
 
-    def take(self, rank: int, source: int, tag: int):
+    def take(self, rank: int, source: int, tag: int) -> np.ndarray | None:
         if self.aborted is not None:
             raise RuntimeError(f"in-process world aborted with code {self.aborted}")
         with self.lock:
