@@ -88,7 +88,7 @@ def emulator_ceiling(cfg: Config, seconds: float) -> dict:
     rng = np.random.default_rng(0)
     step = pool.reset(seed=0)
 
-    def one():
+    def one() -> None:
         nonlocal step
         pool.send(rng.integers(pool.num_actions, size=len(step.env_ids)))
         step = pool.recv()
