@@ -1,4 +1,4 @@
-# The two set-up commands of the README: `make run` and `make test`.
+# The two set-up commands of the README: `make run` and `make test` (lint + tests).
 PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 RUN_DIR ?= runs/breakout
 RUN_ARGS ?= train.max_seconds=240
 
-.PHONY: install run test test-fast bench bench-quick clean
+.PHONY: install run lint test test-fast bench bench-quick clean
 
 install: $(STAMP)
 
@@ -19,7 +19,11 @@ $(STAMP): setup.cfg pyproject.toml
 run: $(STAMP)  ## short single-node Breakout training run with a live progress display
 	$(BIN)/dba3c train configs/breakout.yaml run.dir=$(RUN_DIR) $(RUN_ARGS)
 
-test: $(STAMP)  ## the whole test suite (CI runs this)
+lint: $(STAMP)  ## ruff (style, imports, bugbear, annotations) and mypy (types), whole package
+	$(BIN)/ruff check dba3c launch tests
+	$(BIN)/mypy
+
+test: lint  ## lint, then the whole test suite (CI runs this; a lint failure fails it)
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)  ## unit tests only

@@ -24,7 +24,7 @@ class AdamState:
     count: int = 0
 
     @classmethod
-    def zeros(cls, n: int) -> "AdamState":
+    def zeros(cls, n: int) -> AdamState:
         """Fresh state for a shard of ``n`` parameters."""
         return cls(np.zeros(n, np.float32), np.zeros(n, np.float32), 0)
 

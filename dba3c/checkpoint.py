@@ -28,9 +28,9 @@ import numpy as np
 from dba3c.adam import AdamState
 from dba3c.config import Config, apply_overrides, from_dict
 from dba3c.errors import UserError
-from dba3c.rundir import RunDir, remove_stale_temporaries, write_atomic
 from dba3c.models import NetSpec
 from dba3c.params import ParamLayout
+from dba3c.rundir import RunDir, remove_stale_temporaries, write_atomic
 
 MAGIC = b"DBA3C-CHECKPOINT-1\n"
 NAME = re.compile(r"^step-(\d{10})\.ckpt$")

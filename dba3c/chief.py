@@ -12,12 +12,14 @@ import signal
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 
 import numpy as np
 
 from dba3c import checkpoint
 from dba3c.config import Config
 from dba3c.metrics import Progress, TensorBoard
+from dba3c.params import ParamLayout
 from dba3c.rundir import JsonlWriter, RunDir
 
 FRACTIONS = ("compute", "wait_data", "wait_params", "predict", "emulate")
@@ -31,7 +33,7 @@ class Chief:
       layout: the parameter layout (stored in checkpoints). num_workers: gradient ranks.
     """
 
-    def __init__(self, cfg: Config, start: checkpoint.Checkpoint | None, layout,
+    def __init__(self, cfg: Config, start: checkpoint.Checkpoint | None, layout: ParamLayout,
                  num_workers: int):
         self.cfg, self.layout, self.num_workers = cfg, layout, num_workers
         self.run_dir = RunDir(cfg.run.dir)
@@ -42,13 +44,15 @@ class Chief:
         self.run_dir.truncate_logs(self.start_step)
         self.metrics = JsonlWriter(self.run_dir.metrics_path)
         self.evals = JsonlWriter(self.run_dir.evals_path)
-        self.tb = TensorBoard(self.run_dir.tensorboard_dir, use_tensorflow=not cfg.synthetic.enabled)
+        self.tb = TensorBoard(self.run_dir.tensorboard_dir,
+                              use_tensorflow=not cfg.synthetic.enabled)
         self.progress = Progress(cfg.run.progress, cfg.train.max_steps, self.start_step)
         self.t0 = time.monotonic()
         self.step = self.logged_step = self.start_step
         self.reports: dict[int, dict] = {}
         self.extra: dict = {}  # e.g. dist/* counters from parameter servers
-        self._window = (time.monotonic(), 0.0, 0.0, {})  # (t, data points, frames, times)
+        # (t, data points, frames, times)
+        self._window: tuple[float, float, float, dict] = (time.monotonic(), 0.0, 0.0, {})
         self.stop_reason: str | None = None
         self._stop_at_max_steps(self.start_step)  # a finished run started again: nothing to do
         if self.stop_reason:
@@ -69,7 +73,7 @@ class Chief:
 
     def install_signal_handlers(self) -> None:
         """SIGTERM, SIGINT and SIGUSR2 ask for a checkpoint and a clean stop."""
-        def handler(signum, _frame):
+        def handler(signum: int, _frame: FrameType | None) -> None:
             self.request_stop(f"signal {signal.Signals(signum).name}")
 
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2):

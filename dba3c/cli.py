@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import NoReturn
 
 from dba3c.errors import UserError, exit_code
 from dba3c.tflog import quiet_tensorflow
@@ -16,7 +17,7 @@ from dba3c.tflog import quiet_tensorflow
 class _Parser(argparse.ArgumentParser):
     """argparse that reports problems as one-line UserErrors instead of usage dumps."""
 
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         raise UserError(f"{message} (see `{self.prog} --help`)")
 
 
@@ -94,7 +95,7 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv: list[str] | None):
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Parse; ``KEY=VALUE`` overrides may come before or after options."""
     parser = make_parser()
     args, rest = parser.parse_known_args(argv)
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     return exit_code(run)
 
 
-def cmd_train(args) -> int:
+def cmd_train(args: argparse.Namespace) -> int:
     """``dba3c train``: world size 1 trains alone, otherwise this rank plays its role."""
     from dba3c.runner import train
     from launch.mpienv import world_size_hint
@@ -131,7 +132,7 @@ def cmd_train(args) -> int:
     return train(args.config, args.overrides, world_size_hint())
 
 
-def cmd_describe(args) -> int:
+def cmd_describe(args: argparse.Namespace) -> int:
     """``dba3c describe``: what a run would be, without running it."""
     from dba3c.config import dump_yaml, load_config
     from dba3c.envs import env_spaces
@@ -155,7 +156,7 @@ def cmd_describe(args) -> int:
     return 0
 
 
-def cmd_evaluate(args) -> int:
+def cmd_evaluate(args: argparse.Namespace) -> int:
     """``dba3c evaluate``: the training run's evaluation, offline, from a checkpoint."""
     import json
 
@@ -196,7 +197,7 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
-def cmd_launch(args) -> int:
+def cmd_launch(args: argparse.Namespace) -> int:
     """``dba3c launch``: start mpiexec with the right number of ranks."""
     from launch.local import launch_local
 
@@ -204,7 +205,7 @@ def cmd_launch(args) -> int:
                         evaluator=args.evaluator)
 
 
-def cmd_plot(args) -> int:
+def cmd_plot(args: argparse.Namespace) -> int:
     """``dba3c plot``: PNG and CSV files for run and sweep directories."""
     from dba3c.plots import plot_command
 
@@ -217,7 +218,7 @@ def cmd_plot(args) -> int:
     return 0
 
 
-def cmd_sweep(args) -> int:
+def cmd_sweep(args: argparse.Namespace) -> int:
     """``dba3c sweep``: run the grid, write SWEEP/sweep.csv, print its path."""
     from launch.sweep import run_sweep
 
@@ -232,7 +233,7 @@ def cmd_sweep(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
+def cmd_bench(args: argparse.Namespace) -> int:
     """``dba3c bench``: measure, write the JSON, append the markdown table, print it."""
     from pathlib import Path
 

@@ -12,8 +12,9 @@ import difflib
 import functools
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import IO, Any
 
 import yaml
 
@@ -34,7 +35,7 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float",
                               list("-+0123456789"))
 
 
-def load_yaml(stream) -> Any:
+def load_yaml(stream: str | IO[str]) -> Any:
     """Parse YAML text or a file object safely (no object construction)."""
     return yaml.load(stream, Loader=_Loader)
 
@@ -44,7 +45,7 @@ def _between(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = Fal
     left, right = ("(" if lo_open else "["), (")" if hi_open else "]")
     text = f"a number in {left}{lo}, {hi}{right}"
 
-    def check(x):
+    def check(x: float) -> str | None:
         too_low = x <= lo if lo_open else x < lo
         too_high = x >= hi if hi_open else x > hi
         return text if (too_low or too_high) else None
@@ -57,7 +58,7 @@ def _one_of(*choices: str) -> Check:
     return lambda x: None if x in choices else "one of " + ", ".join(choices)
 
 
-def _opt(default, check: Check | None = None, doc: str = ""):
+def _opt(default: Any, check: Check | None = None, doc: str = "") -> Any:
     return field(default=default, metadata={"check": check, "doc": doc})
 
 
@@ -355,7 +356,7 @@ def validation_errors(cfg: Config) -> list[str]:
         values = getattr(cfg, section)
         for f in dataclasses.fields(cls):
             key, value = f"{section}.{f.name}", getattr(values, f.name)
-            problem = _type_error(key, value, f.type)
+            problem = _type_error(key, value, str(f.type))  # a string: postponed annotations
             if problem is None and f.metadata["check"] is not None:
                 allowed = f.metadata["check"](value)
                 problem = f"{key}={value!r} must be {allowed}" if allowed else None
@@ -447,7 +448,7 @@ def read_yaml(path: str) -> dict:
     return {} if tree is None else tree
 
 
-def load_config(path: str, overrides: list[str] = ()) -> Config:
+def load_config(path: str, overrides: Sequence[str] = ()) -> Config:
     """Load a YAML preset, apply ``KEY=VALUE`` overrides, validate everything at once."""
     tree = read_yaml(path)
     if not isinstance(tree, dict):

@@ -12,12 +12,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from dba3c.adam import AdamState, adam_update
+
+if TYPE_CHECKING:
+    from dba3c.config import AdamConfig
 
 
 @dataclass
@@ -133,7 +137,8 @@ class ShardServer:
 class LocalParameterServer:
     """The whole parameter vector in this process: the single-node trainer's store."""
 
-    def __init__(self, theta: np.ndarray, adam: AdamState, version: int, adam_cfg, lr: float):
+    def __init__(self, theta: np.ndarray, adam: AdamState, version: int, adam_cfg: AdamConfig,
+                 lr: float):
         self.shard = ShardServer(theta, adam, version, mode="sync", replicas=1, lr=lr,
                                  beta1=adam_cfg.beta1, beta2=adam_cfg.beta2,
                                  epsilon=adam_cfg.epsilon)

@@ -38,8 +38,11 @@ from __future__ import annotations
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from dba3c.adam import AdamState
 from dba3c.config import Config, is_atari
@@ -54,6 +57,9 @@ from dba3c.synthetic import check_slow_workers
 from dba3c.transport import ANY_SOURCE, Transport, wait_until
 from dba3c.watchdog import StallClock, stalled_ranks
 from dba3c.worker import Worker
+
+if TYPE_CHECKING:
+    from dba3c.chief import Chief
 
 GRAD, PARAMS, SNAPSHOT, STATE, PSINFO, STATS, CONTROL, EVAL, STATUS = range(1, 10)
 HEADER = 8  # float32 slots = 4 int64
@@ -86,7 +92,7 @@ class Sender:
         self.t = transport
         self._pending: list[tuple] = []
 
-    def send(self, buf: np.ndarray, dests, tag: int) -> None:
+    def send(self, buf: np.ndarray, dests: Iterable[int], tag: int) -> None:
         """Send ``buf`` (not to be modified afterwards) to every rank in ``dests``; buffers
         of sends completed by now are released (a worker sends a gradient every step)."""
         self.idle()
@@ -102,7 +108,8 @@ class Sender:
 class Inbox:
     """A standing receive from one source and tag, reposted after each message."""
 
-    def __init__(self, transport: Transport, source: int, tag: int, size: int, dtype=np.float32):
+    def __init__(self, transport: Transport, source: int, tag: int, size: int,
+                 dtype: npt.DTypeLike = np.float32):
         self.t, self.source, self.tag = transport, source, tag
         self.buf = np.zeros(size, dtype)
         self._request = transport.irecv(self.buf, source, tag)
@@ -145,7 +152,9 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
     pacer = ReplyPacer()  # sleeps through the workers' gradient computations
     grads = {w: Inbox(t, w, GRAD, HEADER + n) for w in roles.workers}
     control = Inbox(t, 0, CONTROL, 2, np.int64)
-    finished, frozen, stop_at, byes = False, False, None, set()
+    finished, frozen = False, False
+    stop_at: int | None = None
+    byes: set[int] = set()
     arrived: set[int] = set()  # workers whose gradient for the current version is summed
 
     def params_message(version: int, theta_shard: np.ndarray) -> np.ndarray:
@@ -154,11 +163,12 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
         payload(buf)[:] = theta_shard
         return buf
 
-    def send_snapshot(version: int, theta_shard: np.ndarray) -> None:
-        sender.send(params_message(version, theta_shard), [roles.evaluator], SNAPSHOT)
+    evaluators = [] if roles.evaluator is None else [roles.evaluator]
 
-    snapshots = EvalSchedule(cfg.eval.every if roles.evaluator is not None else 0,
-                             send_snapshot)
+    def send_snapshot(version: int, theta_shard: np.ndarray) -> None:
+        sender.send(params_message(version, theta_shard), evaluators, SNAPSHOT)
+
+    snapshots = EvalSchedule(cfg.eval.every if evaluators else 0, send_snapshot)
 
     def send_state(final: bool) -> None:
         buf = message(3 * n)
@@ -184,7 +194,7 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
             sender.send(done, [roles.evaluator], SNAPSHOT)
         finished = True
 
-    def send_params(version: int, workers: list[int]) -> None:
+    def send_params(version: int, workers: Sequence[int]) -> None:
         sender.send(params_message(version, server.theta_shard), workers, PARAMS)
         pacer.sent(workers, version, time.monotonic())
 
@@ -252,7 +262,8 @@ class RemoteParameterClient:
     ``idle`` is called while waiting (the chief does its bookkeeping there).
     """
 
-    def __init__(self, t: Transport, roles: Roles, cfg: Config, num_params: int, idle=None):
+    def __init__(self, t: Transport, roles: Roles, cfg: Config, num_params: int,
+                 idle: Callable[[], None] | None = None):
         self.t, self.roles, self.mode, self.idle = t, roles, cfg.dist.mode, idle
         self.bounds = shard_bounds(num_params, len(roles.ps))
         self.inboxes = [Inbox(t, p, PARAMS, HEADER + hi - lo)
@@ -276,7 +287,7 @@ class RemoteParameterClient:
     def _versions(self) -> list[int]:
         return [-2 if m is None else int(header(m)[0]) for m in self.latest]
 
-    def _wait(self, ready) -> Params | None:
+    def _wait(self, ready: Callable[[list[int]], bool]) -> Params | None:
         def check() -> bool:
             self._drain()
             return any(self.done) or ready(self._versions())
@@ -287,9 +298,12 @@ class RemoteParameterClient:
         return self._params()
 
     def _params(self) -> Params:
-        for (lo, hi), msg in zip(self.bounds, self.latest):
+        latest = [m for m in self.latest if m is not None]
+        if len(latest) < len(self.latest):
+            raise RuntimeError("parameters assembled before every shard arrived")
+        for (lo, hi), msg in zip(self.bounds, latest):
             self.theta[lo:hi] = payload(msg)
-        streak = max(int(header(m)[1]) for m in self.latest)
+        streak = max(int(header(m)[1]) for m in latest)
         return Params(max(self._versions()), self.theta.copy(), streak)
 
     def pull(self) -> Params:
@@ -299,7 +313,11 @@ class RemoteParameterClient:
             v = self._versions()
             return min(v) >= 0 and len(set(v)) == 1
 
-        wait_until(lambda: (self._drain() or complete() or all(self.done)), self.idle)
+        def complete_or_ended() -> bool:
+            self._drain()
+            return complete() or all(self.done)
+
+        wait_until(complete_or_ended, self.idle)
         if not complete():
             raise RuntimeError("the run ended before this worker received parameters")
         return self._params()
@@ -322,14 +340,18 @@ class RemoteParameterClient:
         bye = message(0)
         header(bye)[0] = -1
         self.sender.send(bye, self.roles.ps, GRAD)
-        wait_until(lambda: (self._drain() or all(self.done)) and self.sender.idle(), self.idle)
+        def closed() -> bool:
+            self._drain()
+            return all(self.done) and self.sender.idle()
+
+        wait_until(closed, self.idle)
 
 
 # ---- chief --------------------------------------------------------------------------------
 class ChiefLink:
     """The chief's mailboxes: worker reports, PS info and state, evaluations; and STOP."""
 
-    def __init__(self, t: Transport, roles: Roles, cfg: Config, chief, num_params: int):
+    def __init__(self, t: Transport, roles: Roles, cfg: Config, chief: Chief, num_params: int):
         self.t, self.roles, self.cfg, self.chief = t, roles, cfg, chief
         self.bounds = shard_bounds(num_params, len(roles.ps))
         self.sender = Sender(t)
@@ -353,7 +375,7 @@ class ChiefLink:
         self.stop_sent = self.stop_at_sent = False
         self.evaluator_done = roles.evaluator is None
 
-    def send_init(self, step: int, theta, adam: AdamState) -> None:
+    def send_init(self, step: int, theta: np.ndarray, adam: AdamState) -> None:
         """Hand every PS its shard of the starting parameters and Adam state."""
         for p, (lo, hi) in zip(self.roles.ps, self.bounds):
             buf = message(3 * (hi - lo))
@@ -416,7 +438,8 @@ class ChiefLink:
             ranks, why = stalled_ranks(self.roles.workers, running, self.answers,
                                        self.ps_versions)
         else:  # every shard is final: only the workers' (and evaluator's) goodbyes are due
-            evaluator = set() if self.evaluator_done else {self.roles.evaluator}
+            evaluator = (set() if self.evaluator_done or self.roles.evaluator is None
+                         else {self.roles.evaluator})
             ranks = sorted(set(self.roles.workers) - self.final_reports | evaluator)
             why = f"no final report from {ranks}"
         timeout = self.cfg.dist.stall_timeout
@@ -480,14 +503,14 @@ class ChiefLink:
 
 
 # ---- evaluator ----------------------------------------------------------------------------
-def run_evaluator(t: Transport, roles: Roles, cfg: Config, spec) -> None:
+def run_evaluator(t: Transport, roles: Roles, cfg: Config, spec: NetSpec) -> None:
     """Evaluate the newest complete snapshot whenever one arrives; report to the chief."""
     from dba3c.evaluation import make_eval_pool, play
     from dba3c.learner import Learner
 
     bounds = shard_bounds(spec.layout().num_params, len(roles.ps))
     inboxes = [Inbox(t, p, SNAPSHOT, HEADER + hi - lo) for p, (lo, hi) in zip(roles.ps, bounds)]
-    latest: list = [None] * len(roles.ps)
+    latest: list[np.ndarray | None] = [None] * len(roles.ps)
     done = [False] * len(roles.ps)
     sender = Sender(t)
 
@@ -511,6 +534,7 @@ def run_evaluator(t: Transport, roles: Roles, cfg: Config, spec) -> None:
             time.sleep(0.01)
             continue
         for (lo, hi), msg in zip(bounds, latest):
+            assert msg is not None, "step >= 0: every shard has this version"
             theta[lo:hi] = payload(msg)
         learner.set_params(theta)
         scores = play(learner.predict, pool, cfg.eval.episodes, greedy=cfg.eval.greedy,
@@ -539,8 +563,8 @@ def make_worker(cfg: Config, rank: int, spec: NetSpec, roles: Roles) -> Worker:
     return Worker(cfg, rank, Learner(spec, cfg.train, spec.init_params(0)), pool)
 
 
-def run_worker(t: Transport, roles: Roles, cfg: Config, spec, link: ChiefLink | None = None,
-               chief=None) -> None:
+def run_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
+               link: ChiefLink | None = None, chief: Chief | None = None) -> None:
     """Train on this rank; the chief (rank 0) passes its link and Chief to do its duties
     while it waits for parameters."""
     worker = make_worker(cfg, t.rank, spec, roles)
@@ -555,13 +579,14 @@ def run_worker(t: Transport, roles: Roles, cfg: Config, spec, link: ChiefLink | 
         evaluator = BackgroundEvaluator(cfg, spec)  # no evaluator rank: evaluate in here
         evaluator.start()
 
-    def send_report(params, report: dict, final: bool) -> bool:
+    def send_report(params: Params | None, report: dict, final: bool) -> bool:
         if chief is None:
             sender.send(np.append(report_vector(report, final), t.rank), [0], STATS)
             sender.idle()
             return False
         chief.worker_report(t.rank, report)
         if final:
+            assert link is not None, "the chief trains with its link"
             link.final_reports.add(t.rank)
         if evaluator is not None:
             finished = (evaluator.results() if params is None
@@ -580,7 +605,7 @@ def run_worker(t: Transport, roles: Roles, cfg: Config, spec, link: ChiefLink | 
     wait_until(sender.idle)
 
 
-def run_chief(t: Transport, roles: Roles, cfg: Config, spec) -> None:
+def run_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec) -> None:
     """Rank 0: resume or initialise, hand the parameter servers their shards, train if
     ``dist.chief_trains``, and keep the run directory until every rank is done."""
     from dba3c.checkpoint import load_start
@@ -594,12 +619,16 @@ def run_chief(t: Transport, roles: Roles, cfg: Config, spec) -> None:
     try:
         if 0 in roles.workers:
             run_worker(t, roles, cfg, spec, link, chief)
-        wait_until(lambda: link.poll() or link.finished)
+        def finished() -> bool:
+            link.poll()
+            return link.finished
+
+        wait_until(finished)
     finally:
         chief.close()
 
 
-def run_rank(t: Transport, cfg: Config, spec) -> None:
+def run_rank(t: Transport, cfg: Config, spec: NetSpec) -> None:
     """Play this rank's role to the end of the run."""
     roles = make_roles(t.size, cfg)
     role = roles.role(t.rank)

@@ -15,10 +15,11 @@ import functools
 import os
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from dba3c.config import Config, is_atari
+from dba3c.config import Config, EnvConfig, ModelConfig, is_atari
 
 
 @dataclass
@@ -45,6 +46,8 @@ class EnvPool:
                  noop_max: int = 30, max_episode_frames: int = 108000, rgb: bool = False):
         self.atari = is_atari(env_id)
         self.num_envs = num_envs
+        # ale-py's AtariVectorEnv (send/recv) or a gymnasium vector env (step): two APIs
+        self._env: Any
         if self.atari:
             from ale_py.vector_env import AtariVectorEnv
 
@@ -85,7 +88,8 @@ class EnvPool:
             return self._step(*self._env.recv())
         return self._step(*self._pending)
 
-    def _step(self, obs, r, term, trunc, info) -> Step:
+    def _step(self, obs: np.ndarray, r: np.ndarray, term: np.ndarray, trunc: np.ndarray,
+              info: dict) -> Step:
         ids = info["env_id"] if self.atari else np.arange(self.num_envs)
         lives = info["lives"] if self.atari else np.ones(len(ids), np.int32)
         return Step(obs, np.asarray(r, np.float32), np.asarray(term, bool),
@@ -96,7 +100,7 @@ class EnvPool:
         self._env.close()
 
 
-def make_env_pool(env_cfg, model_cfg, *, num_envs: int | None = None,
+def make_env_pool(env_cfg: EnvConfig, model_cfg: ModelConfig, *, num_envs: int | None = None,
                   batch_size: int | None = None, noop_max: int | None = None,
                   max_episode_frames: int | None = None,
                   episodic_life: bool | None = None) -> EnvPool:
@@ -141,7 +145,7 @@ class ScoreTracker:
         return float(np.mean(self.recent)) if self.recent else None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _spaces(env_id: str, rgb: bool) -> tuple[tuple[int, ...], int]:
     pool = EnvPool(env_id, 1, batch_size=1, rgb=rgb)
     try:

@@ -9,17 +9,24 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
+from dba3c.config import Config
 from dba3c.core import EvalSchedule
-from dba3c.envs import EnvPool, ScoreTracker, make_env_pool
+from dba3c.envs import EnvPool, ScoreTracker, Step, make_env_pool
 from dba3c.learner import Learner
+from dba3c.models import NetSpec
 from dba3c.rl import sample_actions
 
+Predict = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+OnGame = Callable[[int, float], None]
 
-def play(predict, pool: EnvPool, episodes: int, *, greedy: bool, seed: int,
-         on_frame=None, on_game=None, should_stop=None) -> list[float]:
+
+def play(predict: Predict, pool: EnvPool, episodes: int, *, greedy: bool, seed: int,
+         on_frame: Callable[[Step, float], None] | None = None, on_game: OnGame | None = None,
+         should_stop: Callable[[], bool] | None = None) -> list[float]:
     """Play exactly ``episodes`` games on ``pool`` (synchronous: batch = all envs).
 
     Args:
@@ -54,7 +61,7 @@ def play(predict, pool: EnvPool, episodes: int, *, greedy: bool, seed: int,
     return scores
 
 
-def make_eval_pool(cfg, episodes: int) -> EnvPool:
+def make_eval_pool(cfg: Config, episodes: int) -> EnvPool:
     """Simulators for evaluation: whole games (no episodic life), no-op starts, frame cap."""
     n = min(cfg.eval.num_envs, episodes)
     return make_env_pool(cfg.env, cfg.model, num_envs=n, batch_size=n,
@@ -62,8 +69,8 @@ def make_eval_pool(cfg, episodes: int) -> EnvPool:
                          episodic_life=False)
 
 
-def evaluate_params(cfg, spec, theta: np.ndarray, episodes: int, seed: int,
-                    on_game=None) -> list[float]:
+def evaluate_params(cfg: Config, spec: NetSpec, theta: np.ndarray, episodes: int, seed: int,
+                    on_game: OnGame | None = None) -> list[float]:
     """Scores of ``episodes`` games played with the parameters ``theta``."""
     learner = Learner(spec, cfg.train, theta)
     pool = make_eval_pool(cfg, episodes)
@@ -74,7 +81,8 @@ def evaluate_params(cfg, spec, theta: np.ndarray, episodes: int, seed: int,
         pool.close()
 
 
-def record_game(cfg, spec, theta: np.ndarray, seed: int) -> tuple[float, list[np.ndarray]]:
+def record_game(cfg: Config, spec: NetSpec, theta: np.ndarray,
+                seed: int) -> tuple[float, list[np.ndarray]]:
     """Play one evaluation game; return its score and one video frame per step
     (uint8 [H, W, 3], the running score drawn on each)."""
     from dba3c.video import frame_image
@@ -100,7 +108,7 @@ class BackgroundEvaluator(threading.Thread):
     about ``eval.episodes`` games of forward passes.
     """
 
-    def __init__(self, cfg, spec):
+    def __init__(self, cfg: Config, spec: NetSpec):
         super().__init__(name="evaluator", daemon=True)
         self.cfg, self.spec = cfg, spec
         self._inbox: queue.Queue = queue.Queue(maxsize=1)

@@ -8,7 +8,7 @@ key the step comes back unchanged, so real training tests nothing for them.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -13,6 +13,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from dba3c.config import TrainConfig
 from dba3c.models import NetSpec, forward
 from dba3c.params import unflatten
 from dba3c.rl import a3c_loss, clip_gradients
@@ -32,7 +33,7 @@ class Learner:
     overlap a prediction (both only read).
     """
 
-    def __init__(self, spec: NetSpec, train_cfg, theta: np.ndarray):
+    def __init__(self, spec: NetSpec, train_cfg: TrainConfig, theta: np.ndarray):
         self.spec = spec
         self.layout = spec.layout()
         self.variables = [tf.Variable(t, name=n.replace("/", "_"))
@@ -44,13 +45,13 @@ class Learner:
         clip, mode = train_cfg.grad_clip, train_cfg.grad_clip_mode
 
         @tf.function(input_signature=[obs_sig])
-        def predict(obs):
+        def predict(obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             logits, v = forward(spec, self.variables, obs)
             return tf.nn.softmax(logits), v
 
         @tf.function(input_signature=[obs_sig, tf.TensorSpec([None], tf.int32),
                                       tf.TensorSpec([None], tf.float32)])
-        def gradient(obs, a, R):
+        def gradient(obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor) -> tuple:
             with tf.GradientTape() as tape:
                 logits, v = forward(spec, self.variables, obs)
                 loss, parts = a3c_loss(logits, v, a, R, entropy_beta=beta,
@@ -60,7 +61,7 @@ class Learner:
             return flat, loss, parts
 
         @tf.function(input_signature=[tf.TensorSpec([self.layout.num_params], tf.float32)])
-        def assign(flat):
+        def assign(flat: tf.Tensor) -> None:
             for var, t in zip(self.variables, tf.split(flat, list(self.layout.sizes))):
                 var.assign(tf.reshape(t, var.shape))
 

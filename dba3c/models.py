@@ -8,11 +8,17 @@ grayscale, [B, stack, 84, 84, 3] for RGB; they become float NHWC inside the grap
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dba3c.params import ParamLayout
+
+if TYPE_CHECKING:
+    from dba3c.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -30,10 +36,9 @@ class Layer:
 def layer_specs(kind: str, hidden: int) -> list[Layer]:
     """The trunk of each network (heads are added by :class:`NetSpec`)."""
     if kind == "ba3c":  # Adamski et al. 2018: no conv bias, VALID, max-pool 2x2 after conv 1-3
-        conv = dict(kind="conv", bias=False)
-        return [Layer(out=32, k=5, **conv), Layer("pool"), Layer(out=32, k=5, **conv),
-                Layer("pool"), Layer(out=64, k=5, **conv), Layer("pool"),
-                Layer(out=64, k=3, **conv), Layer("dense", out=hidden)]
+        conv = functools.partial(Layer, "conv", bias=False)
+        return [conv(out=32, k=5), Layer("pool"), conv(out=32, k=5), Layer("pool"),
+                conv(out=64, k=5), Layer("pool"), conv(out=64, k=3), Layer("dense", out=hidden)]
     if kind == "a3c_ff":  # Mnih et al. 2016
         return [Layer("conv", out=16, k=8, stride=4), Layer("conv", out=32, k=4, stride=2),
                 Layer("dense", out=hidden)]
@@ -64,9 +69,10 @@ class NetSpec:
         colours = self.obs_shape[3] if len(self.obs_shape) == 4 else 1
         return (h, w, stack * colours)
 
-    def _walk(self):
+    def _walk(self) -> Iterator[tuple[Layer, tuple[int, ...], tuple[int, ...]]]:
         """Yield (layer, input shape, output shape) through the trunk."""
         shape = self.input_hwc()
+        out: tuple[int, ...]
         for layer in self.layers:
             if layer.kind == "conv":
                 h, w, _ = shape
@@ -81,7 +87,8 @@ class NetSpec:
 
     def layout(self) -> ParamLayout:
         """Names and shapes of every trainable tensor, in forward order."""
-        names, shapes = [], []
+        names: list[str] = []
+        shapes: list[tuple[int, ...]] = []
         for i, (layer, shape_in, _) in enumerate(self._walk()):
             if layer.kind == "conv":
                 names.append(f"conv{i}/kernel")
@@ -131,12 +138,12 @@ class NetSpec:
         return np.concatenate([t.ravel() for t in tensors])
 
 
-def make_net_spec(model_cfg, obs_shape: tuple[int, ...], num_actions: int) -> NetSpec:
+def make_net_spec(model_cfg: ModelConfig, obs_shape: tuple[int, ...], num_actions: int) -> NetSpec:
     """The NetSpec of a ``model`` config section for an environment's spaces."""
     return NetSpec(model_cfg.kind, model_cfg.hidden, tuple(obs_shape), num_actions)
 
 
-def forward(spec: NetSpec, variables: list, obs):
+def forward(spec: NetSpec, variables: list, obs: Any) -> tuple[Any, Any]:
     """The forward pass in TensorFlow: uint8/float obs [B, ...] -> (logits [B, A], v [B])."""
     import tensorflow as tf
 

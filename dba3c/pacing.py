@@ -14,6 +14,7 @@ Pure timing logic, no I/O: callers pass ``now`` (``time.monotonic()``), tests pa
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 FINE_MIN_S = 5e-5   # first sleep of a fine poll, doubling up to FINE_MAX_S
 FINE_MAX_S = 5e-4
@@ -43,7 +44,7 @@ class ReplyPacer:
         self._reply_s: dict[int, deque] = {}  # peer -> recent reply times, seconds
         self._fine_s = FINE_MIN_S
 
-    def sent(self, peers, version: int, now: float) -> None:
+    def sent(self, peers: Iterable[int], version: int, now: float) -> None:
         """Requests at ``version`` went to ``peers`` at ``now``; their replies are awaited."""
         for peer in peers:
             self._awaited[peer] = (version, now)
@@ -66,8 +67,9 @@ class ReplyPacer:
     def pause(self, now: float, sending: bool = False) -> float:
         """Seconds to sleep before the next poll; ``sending``: a send is still in flight."""
         dues = [self.due(peer) for peer in self._awaited]
-        if dues and None not in dues and not sending:
-            wait = min(dues) - now
+        known = [due for due in dues if due is not None]
+        if dues and len(known) == len(dues) and not sending:
+            wait = min(known) - now
             if wait > 0:
                 return min(wait, self.coarse_max_s)
         fine, self._fine_s = self._fine_s, min(2 * self._fine_s, FINE_MAX_S)

@@ -37,7 +37,7 @@ class ParamLayout:
         return {"names": list(self.names), "shapes": [list(s) for s in self.shapes]}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ParamLayout":
+    def from_dict(cls, d: dict) -> ParamLayout:
         """Inverse of :meth:`to_dict`."""
         return cls(tuple(d["names"]), tuple(tuple(int(x) for x in s) for s in d["shapes"]))
 

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import csv
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import mean
-from typing import Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter, NullLocator
@@ -109,7 +110,7 @@ _SCALING = {
 # ---- reading ------------------------------------------------------------------------------
 
 
-def load_run(run_dir) -> Run:
+def load_run(run_dir: str | Path) -> Run:
     """Read a run directory (``metrics.jsonl`` required; ``config.yaml``, ``eval.jsonl`` and
     ``summary.json`` optional). Raises ValueError for a missing or malformed file."""
     run = RunDir(run_dir)
@@ -119,9 +120,9 @@ def load_run(run_dir) -> Run:
                metrics=run.read_metrics(), evals=run.read_evals(), summary=run.read_summary())
 
 
-def _config_value(config: dict, dotted: str):
+def _config_value(config: dict, dotted: str) -> Any:
     """``config['a']['b']`` for ``'a.b'``; None where a key is missing."""
-    node = config
+    node: Any = config
     for key in dotted.split("."):
         if not isinstance(node, dict):
             return None
@@ -178,7 +179,7 @@ def sync_vs_async_table(runs: list[Run]) -> Table:
     return rows if {row["mode"] for row in rows} == {"sync", "async"} else []
 
 
-def _number(value, column: str):
+def _number(value: str | None, column: str) -> int | float | None:
     """A sweep.csv cell as int or float; None when empty."""
     if value is None or value == "":
         return None
@@ -214,6 +215,7 @@ def scaling_tables(rows: list[dict]) -> dict[str, Table]:
         for row in measured:
             series = ", ".join(f"{key}={row.get(key)}" for key in series_keys)
             x, y = _number(row[spec.x], spec.x), _number(row[spec.y], spec.y)
+            assert x is not None and y is not None, "measured rows have both"
             points.setdefault(series, {}).setdefault(x, []).append(y)
         table = []
         for series, by_x in points.items():
@@ -230,7 +232,7 @@ def scaling_tables(rows: list[dict]) -> dict[str, Table]:
 # ---- figures ------------------------------------------------------------------------------
 
 
-def _axes(title: str, xlabel: str, ylabel: str):
+def _axes(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Any]:
     """A new figure with one set of labelled axes."""
     figure = Figure(figsize=(7, 4.5), layout="constrained")
     axes = figure.add_subplot()
@@ -337,7 +339,8 @@ def sync_vs_async(runs: list[Run]) -> Figure | None:
 # ---- output -------------------------------------------------------------------------------
 
 
-def write_outputs(figures_and_tables: dict[str, tuple[Figure, Table]], out_dir) -> list[Path]:
+def write_outputs(figures_and_tables: dict[str, tuple[Figure, Table]],
+                  out_dir: str | Path) -> list[Path]:
     """Write ``NAME.png`` (120 dpi) and ``NAME.csv`` (columns in order of first appearance,
     empty cells for missing values) for each entry; return the files written."""
     out_dir = Path(out_dir)
@@ -364,7 +367,7 @@ def _load_runs(run_dirs: list[Path]) -> list[Run]:
             else run for path, run in zip(unique, runs)]
 
 
-def plot_command(paths: list, out_dir) -> list[Path]:
+def plot_command(paths: list, out_dir: str | Path) -> list[Path]:
     """``dba3c plot PATH... --out DIR``: all figures (PNG + CSV) for run and sweep
     directories; returns the files written.
 

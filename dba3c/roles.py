@@ -8,9 +8,14 @@ gradients too and counts as a worker. World size = W + P (+1 if the chief does n
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dba3c.errors import UserError
+
+if TYPE_CHECKING:
+    from dba3c.config import Config
 
 
 @dataclass(frozen=True)
@@ -40,7 +45,7 @@ class Roles:
         """One line per role group, for ``dba3c describe``."""
         if self.world_size == 1:
             return ["rank 0: single process (simulators, predictor, trainer, Adam)"]
-        def span(ranks):
+        def span(ranks: Sequence[int]) -> str:
             return f"{ranks[0]}" if len(ranks) == 1 else f"{ranks[0]}-{ranks[-1]}"
         lines = [f"rank 0: {self.role(0)}", f"ranks {span(self.ps)}: parameter servers "
                  f"({len(self.ps)} shards)"]
@@ -53,13 +58,13 @@ class Roles:
         return lines
 
 
-def required_world_size(cfg, num_workers: int) -> int:
+def required_world_size(cfg: Config, num_workers: int) -> int:
     """World size for ``num_workers`` gradient ranks with this config's layout."""
     return (num_workers + cfg.dist.ps + (0 if cfg.dist.chief_trains else 1)
             + (1 if cfg.eval.rank else 0))
 
 
-def make_roles(world_size: int, cfg) -> Roles:
+def make_roles(world_size: int, cfg: Config) -> Roles:
     """The layout for ``world_size`` ranks; UserError if it cannot hold one worker."""
     if world_size == 1:
         return Roles(1, (), (0,), None, 1)

@@ -29,6 +29,7 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -239,7 +240,7 @@ def _parse(line: bytes) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
-def _mapping(path: Path, value) -> dict:
+def _mapping(path: Path, value: object) -> dict:
     """``value`` (parsed from ``path``) when it is a mapping, {} for an empty file."""
     if value is None:
         return {}
@@ -248,13 +249,13 @@ def _mapping(path: Path, value) -> dict:
     return value
 
 
-def _clean(value):
+def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
 
 
-def _json_default(x):
+def _json_default(x: object) -> str | None:
     return None if isinstance(x, float) and not math.isfinite(x) else str(x)
 
 

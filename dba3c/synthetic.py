@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from dba3c.config import Config
 from dba3c.errors import UserError
 from dba3c.faults import with_faults
 from dba3c.rollout import Batch
@@ -70,8 +71,9 @@ class SyntheticWorker(Worker):
       workers: every worker rank (the last ``synthetic.slow_workers`` are stragglers).
     """
 
-    def __init__(self, cfg, rank: int, num_params: int, workers: tuple[int, ...]):
-        super().__init__(cfg, rank, NoNetwork(), pool=None)
+    def __init__(self, cfg: Config, rank: int, num_params: int, workers: tuple[int, ...]):
+        # NoNetwork has only set_params: this class replaces both steps that use the rest
+        super().__init__(cfg, rank, NoNetwork(), pool=None)  # type: ignore[arg-type]
         self.num_params = num_params
         syn = cfg.synthetic
         self.factor = syn.slow_factor if rank in slow_ranks(workers, syn.slow_workers) else 1.0

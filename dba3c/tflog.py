@@ -22,7 +22,10 @@ import os
 import re
 import sys
 import tempfile
-from typing import Iterator, MutableMapping
+from collections.abc import Iterator, MutableMapping, Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import Any
 
 ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog() is called"
 # abseil's prefix, e.g. "I0000 00:00:1795450614.750164    7826 port.cc:153] ..."
@@ -64,17 +67,17 @@ def filtered_stderr(min_level: int) -> Iterator[None]:
 class _QuietLoader(importlib.abc.Loader):
     """A module's own loader, executing the module inside :func:`filtered_stderr`."""
 
-    def __init__(self, loader, min_level: int):
+    def __init__(self, loader: importlib.abc.Loader, min_level: int):
         self._loader, self._min_level = loader, min_level
 
-    def create_module(self, spec):
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         return self._loader.create_module(spec)
 
-    def exec_module(self, module) -> None:
+    def exec_module(self, module: ModuleType) -> None:
         with filtered_stderr(self._min_level):
             self._loader.exec_module(module)
 
-    def __getattr__(self, name):  # resource readers and the like: the real loader's
+    def __getattr__(self, name: str) -> Any:  # resource readers and the like: the real loader's
         return getattr(self._loader, name)
 
 
@@ -84,7 +87,8 @@ class _QuietFinder(importlib.abc.MetaPathFinder):
     def __init__(self, name: str, min_level: int):
         self.name, self._min_level = name, min_level
 
-    def find_spec(self, fullname, path, target=None):
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         if fullname != self.name:
             return None
         sys.meta_path.remove(self)  # once: the real finders do the rest

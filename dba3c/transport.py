@@ -20,7 +20,8 @@ import termios
 import threading
 import time
 from collections import deque
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -65,7 +66,7 @@ def wait_until(done: Callable[[], bool], idle: Callable[[], None] | None = None,
 class MpiTransport:
     """mpi4py buffer-based nonblocking point-to-point on COMM_WORLD."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         from mpi4py import MPI
 
         self._mpi = MPI
@@ -98,7 +99,7 @@ class MpiTransport:
 
 
 class _MpiRequest:
-    def __init__(self, request):
+    def __init__(self, request: Any):
         self._request = request
 
     def test(self) -> bool:
@@ -111,7 +112,7 @@ class _Done:
 
 
 class _InProcessRecv:
-    def __init__(self, world: "_World", rank: int, buf: np.ndarray, source: int, tag: int):
+    def __init__(self, world: _World, rank: int, buf: np.ndarray, source: int, tag: int):
         self._world, self._rank, self._buf = world, rank, buf
         self._source, self._tag, self._done = source, tag, False
 
@@ -141,7 +142,7 @@ class _World:
         with self.lock:
             self.boxes[dest].append((source, tag, data))
 
-    def take(self, rank: int, source: int, tag: int):
+    def take(self, rank: int, source: int, tag: int) -> np.ndarray | None:
         if self.aborted is not None:
             raise RuntimeError(f"in-process world aborted with code {self.aborted}")
         with self.lock:
@@ -180,7 +181,7 @@ class InProcessTransport:
         self._world, self.rank, self.size = world, rank, world.size
 
     @staticmethod
-    def create_world(size: int) -> list["InProcessTransport"]:
+    def create_world(size: int) -> list[InProcessTransport]:
         """Transports for ranks 0..size-1 sharing one world."""
         world = _World(size)
         return [InProcessTransport(world, r) for r in range(size)]

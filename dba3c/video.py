@@ -47,12 +47,12 @@ def write_video(path: str, frames: list[np.ndarray], fps: int = 15) -> Path:
     import imageio.v3 as iio
 
     check_video_path(path)
-    path = Path(path)
+    out = Path(path)
     if not frames:
-        raise UserError(f"--video {path}: the game produced no frames")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".mp4":
-        iio.imwrite(path, np.stack(frames), fps=fps, codec="libx264", macro_block_size=1)
+        raise UserError(f"--video {out}: the game produced no frames")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".mp4":
+        iio.imwrite(out, np.stack(frames), fps=fps, codec="libx264", macro_block_size=1)
     else:
-        iio.imwrite(path, np.stack(frames), duration=1000 / fps, loop=0)
-    return path
+        iio.imwrite(out, np.stack(frames), duration=1000 / fps, loop=0)
+    return out

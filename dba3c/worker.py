@@ -13,10 +13,12 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dba3c.config import Config
 from dba3c.core import ParameterClient, Params
 from dba3c.envs import EnvPool, ScoreTracker
 from dba3c.errors import TrainingError
@@ -26,6 +28,7 @@ from dba3c.rollout import Batch, RolloutAssembler
 
 if TYPE_CHECKING:  # TensorFlow: synthetic-compute workers (dba3c.synthetic) import none
     from dba3c.learner import Learner
+    from dba3c.models import NetSpec
 
 AfterStep = Callable[[Params, dict], bool]
 
@@ -89,7 +92,7 @@ class Worker:
       learner: the network. pool: the simulators, or None with ``debug.synthetic_data``.
     """
 
-    def __init__(self, cfg, rank: int, learner: Learner, pool: EnvPool | None):
+    def __init__(self, cfg: Config, rank: int, learner: Learner, pool: EnvPool | None):
         self.cfg, self.rank, self.learner = cfg, rank, learner
         self.batches: queue.Queue = queue.Queue(maxsize=cfg.train.queue_size)
         self.actor = None
@@ -153,11 +156,12 @@ class Worker:
 
     def _actor_batch(self, version: int) -> Batch:
         """The actor's next mini-batch (``version``: the synthetic data's key, unused here)."""
+        actor = self.actor
+        assert actor is not None, "chosen at start-up only with simulators"
         t0 = time.perf_counter()
         while True:
-            if self.actor.error is not None:
-                raise RuntimeError(f"actor thread failed: {self.actor.error!r}") \
-                    from self.actor.error
+            if actor.error is not None:
+                raise RuntimeError(f"actor thread failed: {actor.error!r}") from actor.error
             try:
                 batch = self.batches.get(timeout=0.5)
                 break
@@ -194,10 +198,11 @@ class Worker:
         }
 
 
-def synthetic_batch(spec, batch_size: int, key: tuple) -> Batch:
+def synthetic_batch(spec: NetSpec, batch_size: int, key: tuple) -> Batch:
     """A deterministic random mini-batch for ``key`` (e.g. (seed, rank, version)): the same
     data in every process layout, for equivalence tests."""
     rng = np.random.default_rng(list(key))
+    obs: np.ndarray
     if spec.kind == "mlp":
         obs = rng.normal(size=(batch_size, *spec.obs_shape)).astype(np.float32)
     else:

@@ -23,14 +23,19 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dba3c.config import Config, load_config
 from dba3c.distributed import HEADER
 from dba3c.rundir import RunDir, write_atomic
+
+if TYPE_CHECKING:  # imported where needed, like the other dba3c modules of a measurement
+    from dba3c.models import NetSpec
 
 
 def combined_rate(predict_states_per_s: float, train_samples_per_s: float, t_max: int) -> float:
@@ -64,7 +69,7 @@ def bytes_per_step(num_params: int, num_ps: int) -> dict:
     return {"sent": vector, "received": vector}
 
 
-def _timed(fn, seconds: float, warmup: int = 3) -> tuple[int, float]:
+def _timed(fn: Callable[[], object], seconds: float, warmup: int = 3) -> tuple[int, float]:
     """Call ``fn`` ``warmup`` times, then repeatedly for about ``seconds``; (calls, time)."""
     for _ in range(warmup):
         fn()
@@ -83,7 +88,7 @@ def emulator_ceiling(cfg: Config, seconds: float) -> dict:
     rng = np.random.default_rng(0)
     step = pool.reset(seed=0)
 
-    def one():
+    def one() -> None:
         nonlocal step
         pool.send(rng.integers(pool.num_actions, size=len(step.env_ids)))
         step = pool.recv()
@@ -95,7 +100,7 @@ def emulator_ceiling(cfg: Config, seconds: float) -> dict:
     return {"env_steps_per_s": rate, "frames_per_s": rate * pool.frames_per_step}
 
 
-def compute_ceilings(cfg: Config, spec, seconds: float) -> dict:
+def compute_ceilings(cfg: Config, spec: NetSpec, seconds: float) -> dict:
     """Prediction states/s (batches of ``env.batch_size``) and training samples/s (batches
     of ``train.batch_size``) of the network alone, on random data."""
     from dba3c.learner import Learner
@@ -292,7 +297,8 @@ def long_table(r: dict, command: str) -> str:
 
 
 def run_bench(config: str, overrides: list[str], quick: bool,
-              progress=lambda text: print(text, file=sys.stderr, flush=True)) -> dict:
+              progress: Callable[[str], None] = lambda text: print(text, file=sys.stderr,
+                                                                   flush=True)) -> dict:
     """Every measurement; the results as one JSON-able dict."""
     from dba3c.envs import env_spaces
     from dba3c.models import make_net_spec

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import FrameType
 
 from dba3c.config import load_config
 from dba3c.errors import UserError
@@ -83,8 +84,11 @@ def launch_local(config: str, overrides: list[str], *, workers: int, ps: int | N
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, process_group=0)
     forward = {signal.SIGINT: signal.SIGINT, signal.SIGTERM: signal.SIGTERM,
                signal.SIGUSR2: signal.SIGTERM, signal.SIGHUP: signal.SIGTERM}
-    before = {sig: signal.signal(sig, lambda _s, _f, sent=sent: proc.send_signal(sent))
-              for sig, sent in forward.items()}
+
+    def relay(signum: int, _frame: FrameType | None) -> None:
+        proc.send_signal(forward[signal.Signals(signum)])
+
+    before = {sig: signal.signal(sig, relay) for sig in forward}
     try:
         return proc.wait()
     finally:

@@ -20,9 +20,11 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 from dba3c.config import load_config
 from dba3c.rundir import RunDir
@@ -56,6 +58,9 @@ class ScalePoint:
 def scale_grid(quick: bool) -> list[ScalePoint]:
     """The points measured: W x P at FC 128, FC sizes and P at the largest W, and backup
     workers (R = W - W/16) with and without stragglers. ``quick`` is a 16-worker version."""
+    sizes: tuple[int, ...]
+    servers: tuple[int, ...]
+    fcs: tuple[int, ...]
     if quick:
         sizes, servers, top, fcs = (1, 4, 16), (1, 4), 16, (32, 512)
     else:
@@ -170,12 +175,14 @@ def peak_by_role(peak_mb: dict[str, float], num_ps: int) -> dict[str, float]:
 
 def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
               time_scale: float,
-              progress=lambda text: print(text, file=sys.stderr, flush=True)) -> dict:
+              progress: Callable[[str], None] = lambda text: print(text, file=sys.stderr,
+                                                                   flush=True)) -> dict:
     """Every point of the grid; the results as one JSON-able dict."""
     from launch.bench import machine_description
 
     steps, warmup = (15, 5) if quick else (40, 10)
     grid = scale_grid(quick)
+    results: dict[str, Any]  # JSON
     results = {"config": config, "overrides": list(overrides), "quick": quick,
                "date": date.today().isoformat(), "machine": machine_description(),
                "compute_ms": compute_ms or DEFAULT_COMPUTE_MS,

@@ -80,7 +80,8 @@ def point_name(index: int, combo: list[str]) -> str:
 
 def make_executor(*, folder: str, cluster: str | None, nodes: int, tasks_per_node: int,
                   minutes: int, signal_delay: int = 120, max_requeues: int = 3,
-                  partition: str | None = None, cpus_per_task: int | None = None):
+                  partition: str | None = None,
+                  cpus_per_task: int | None = None) -> submitit.AutoExecutor:
     """A submitit executor whose Slurm jobs form one MPI world (srun, PMI2), are signalled
     ``signal_delay`` seconds before their time limit and may requeue ``max_requeues`` times."""
     executor = submitit.AutoExecutor(folder=folder, cluster=cluster,
@@ -120,7 +121,7 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
-def submit(args) -> list:
+def submit(args: argparse.Namespace) -> list:
     """Validate every combination's layout, then submit; returns the submitit jobs."""
     base = list(args.overrides) + ([f"dist.ps={args.ps}"] if args.ps is not None else [])
     world = args.nodes * args.tasks_per_node

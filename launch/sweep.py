@@ -45,8 +45,8 @@ def _read_or_warn(read: Callable[[], T], empty: T) -> T:
 def point_result(run_dir: Path, returncode: int) -> dict:
     """The sweep.csv result columns of one finished point, read from its run directory."""
     run = RunDir(run_dir)
-    summary = _read_or_warn(run.read_summary, {})
-    evals = _read_or_warn(run.read_evals, [])
+    summary: dict = _read_or_warn(run.read_summary, {})
+    evals: list[dict] = _read_or_warn(run.read_evals, [])
     ok = returncode == 0 and bool(summary)
     return {"data_points_per_s": steady_throughput(_read_or_warn(run.read_metrics, [])),
             "time_to_target_s": summary.get("time_to_target_s"),

@@ -8,8 +8,16 @@ import sys
 
 import pytest
 
-from launch.bench import (RssSampler, _dir_bytes, bytes_per_step, combined_rate, growth_rate,
-                          long_table, markdown_table, sandwiched_overheads)
+from launch.bench import (
+    RssSampler,
+    _dir_bytes,
+    bytes_per_step,
+    combined_rate,
+    growth_rate,
+    long_table,
+    markdown_table,
+    sandwiched_overheads,
+)
 
 
 def test_combined_rate_adds_the_time_of_both_computations():

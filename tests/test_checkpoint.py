@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT
 from dba3c import checkpoint
 from dba3c.checkpoint import MAGIC, Checkpoint
 from dba3c.errors import UserError
+
+from conftest import ROOT
 
 
 def make_ckpt(step: int, n: int = 37, seed: int = 0) -> Checkpoint:

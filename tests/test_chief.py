@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from conftest import ROOT, read_jsonl
 from dba3c.chief import FRACTIONS, Chief
 from dba3c.config import load_config
 from dba3c.distributed import report_dict, report_vector
+
+from conftest import ROOT, read_jsonl
 
 
 def wire(report: dict, final: bool = False) -> dict:

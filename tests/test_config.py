@@ -11,8 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from dba3c.config import (Config, all_keys, describe_keys, dump_yaml, from_dict, load_config,
-                          num_shards_error, parse_overrides, validate)
+from dba3c.config import (
+    Config,
+    all_keys,
+    describe_keys,
+    dump_yaml,
+    from_dict,
+    load_config,
+    num_shards_error,
+    parse_overrides,
+    validate,
+)
 from dba3c.errors import UserError
 from dba3c.roles import make_roles, required_world_size
 

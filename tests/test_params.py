@@ -135,7 +135,7 @@ def test_shard_bounds_contiguous_cover_and_balanced(n, k):
     bounds = shard_bounds(n, k)
     assert len(bounds) == k
     assert bounds[0][0] == 0 and bounds[-1][1] == n
-    for (a, b), (c, _) in zip(bounds, bounds[1:]):
+    for (_, b), (c, _) in zip(bounds, bounds[1:]):
         assert b == c  # contiguous, no gap, no overlap
     sizes = [b - a for a, b in bounds]
     assert min(sizes) >= 1

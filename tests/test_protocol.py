@@ -17,9 +17,26 @@ import pytest
 
 from dba3c.adam import AdamState, adam_update
 from dba3c.config import from_dict
-from dba3c.distributed import (CONTROL, EVAL, FROZEN, GRAD, HEADER, PSINFO, SNAPSHOT, STATE,
-                               STATS, STOP, STOP_AT, ChiefLink, RemoteParameterClient, Sender,
-                               header, message, report_vector, run_ps)
+from dba3c.distributed import (
+    CONTROL,
+    EVAL,
+    FROZEN,
+    GRAD,
+    HEADER,
+    PSINFO,
+    SNAPSHOT,
+    STATE,
+    STATS,
+    STOP,
+    STOP_AT,
+    ChiefLink,
+    RemoteParameterClient,
+    Sender,
+    header,
+    message,
+    report_vector,
+    run_ps,
+)
 from dba3c.params import shard_bounds
 from dba3c.roles import make_roles
 from dba3c.transport import InProcessTransport, wait_until
@@ -134,7 +151,7 @@ def test_sync_update_is_adam_of_the_mean_gradient(ps):
     chief, received = run_world(cfg, train_loop(), theta0)
     roles = make_roles(1 + ps + 3, cfg)
     expected, state = reference_sync(theta0, cfg, roles.workers, 4)
-    for rank, params_seq in received.items():
+    for params_seq in received.values():
         assert [p.version for p in params_seq] == [0, 1, 2, 3]  # version 4 ends the run
         for p in params_seq:
             np.testing.assert_allclose(p.theta, expected[p.version], rtol=1e-6, atol=1e-7)

@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT, dba3c, latest_checkpoint, read_jsonl
 from dba3c import checkpoint
 from dba3c.rundir import truncate_jsonl
+
+from conftest import ROOT, dba3c, latest_checkpoint, read_jsonl
 
 QUIET = ["eval.every=0", "run.progress=none", "run.log_every=1"]
 # Breakout's A3C-FF network on seeded random batches: no simulators, and batch t depends only
@@ -118,7 +119,8 @@ class Job:
             rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"still running after {timeout} s:\n{self.output[-3000:]}")
+            raise AssertionError(
+                f"still running after {timeout} s:\n{self.output[-3000:]}") from None
         self.ended = time.monotonic()
         for thread in self._threads:
             thread.join(timeout=10)

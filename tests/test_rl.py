@@ -8,9 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dba3c.rl import (LOG_EPS, a3c_loss, clip_gradients, clip_rewards, n_step_returns,
-                      sample_actions)
-
+from dba3c.rl import LOG_EPS, a3c_loss, clip_gradients, clip_rewards, n_step_returns, sample_actions
 
 # --------------------------------------------------------------------------- n-step returns
 

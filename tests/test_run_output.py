@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import dba3c, read_jsonl
 from dba3c.config import from_dict
 from dba3c.metrics import next_steps
 from dba3c.tflog import filtered_stderr, is_below_level, quiet_import
+
+from conftest import dba3c, read_jsonl
 
 # 7 steps logged every 5: the lines are at 5 and, only because the run ends there, at 7
 SHORT = ["train.max_steps=7", "train.max_seconds=0", "run.log_every=5", "eval.every=0",

@@ -8,9 +8,18 @@ from dataclasses import asdict
 
 import pytest
 
+from launch.scale import (
+    ScalePoint,
+    busy_fraction,
+    cpu_times,
+    peak_by_role,
+    run_point,
+    scale_grid,
+    scale_table,
+    steady_step_seconds,
+)
+
 from conftest import dba3c
-from launch.scale import (ScalePoint, busy_fraction, cpu_times, peak_by_role, run_point,
-                          scale_grid, scale_table, steady_step_seconds)
 
 
 def test_grids_cover_the_issue_points_once():

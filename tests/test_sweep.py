@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from conftest import dba3c, read_jsonl
 from dba3c import plots
 from dba3c.rundir import SweepDir
 from launch.sweep import point_result
+
+from conftest import dba3c, read_jsonl
 
 
 def test_point_result_reads_summary_eval_and_metrics(tmp_path):

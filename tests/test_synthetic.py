@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT, dba3c, latest_checkpoint, read_jsonl
 from dba3c.adam import AdamState
 from dba3c.distributed import STATS, ChiefLink, RemoteParameterClient, report_vector, run_ps
 from dba3c.errors import TrainingError
@@ -33,7 +32,9 @@ from dba3c.roles import make_roles
 from dba3c.synthetic import slow_ranks, step_seconds, synthetic_gradient
 from dba3c.transport import InProcessTransport, wait_until
 from dba3c.watchdog import StallClock, query_lead, stalled_ranks
-from test_protocol import N, FakeChief, grad_of, make_cfg
+
+from conftest import ROOT, dba3c, latest_checkpoint, read_jsonl
+from test_protocol import FakeChief, N, grad_of, make_cfg
 from test_reliability import Job, descendants, error_lines, wait_for_steps
 
 SYN = ["synthetic.enabled=true", "eval.every=0", "eval.rank=false", "run.progress=none"]
