@@ -77,13 +77,15 @@ def make_parser() -> argparse.ArgumentParser:
                    "peak RSS per rank over time and run-directory growth")
     p.add_argument("--run-dir", default="runs/bench-long", help="run directory of --long")
     p.add_argument("--scale", action="store_true",
-                   help="instead: synthetic-compute runs over a grid of workers, parameter "
-                   "servers, FC sizes and backup workers -> bench/scale.json")
+                   help="instead: synthetic-compute runs on the emulated cluster (root) over a "
+                   "grid of workers, parameter servers, FC sizes, backup workers and link "
+                   "rates -> bench/scale.json")
     p.add_argument("--compute-ms", type=float, default=None,
                    help="--scale: a worker's compute time per step T_c (default: an assumed "
                    "12-core node)")
     p.add_argument("--time-scale", type=float, default=10.0,
-                   help="--scale: workers wait T_c x this per step (default 10)")
+                   help="--scale: s, workers wait T_c x s per step and 10 Gb/s links run "
+                   "at 10/s Gb/s (100 Gb/s links at 5 x s; default 10)")
 
     sub.add_parser("submit", help="submit to Slurm with submitit (see `dba3c submit --help`)")
 

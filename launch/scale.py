@@ -1,31 +1,37 @@
-"""``dba3c bench --scale``: the distributed layer at scale, with synthetic-compute ranks.
+"""``dba3c bench --scale``: the distributed layer at scale, on the emulated cluster.
 
 Every grid point is one ``dba3c launch`` of synthetic workers (no TensorFlow, see
-``dba3c/synthetic.py``) on this host: W workers, P parameter servers, the paper network at FC
-H, optionally backup workers (R of W gradients per step) and stragglers. Time is scaled by s:
-each worker computes for T_c x s per step, so the many ranks of a 64-worker point leave the
-machine unsaturated; the steady-state step time divided by s estimates the real one, and the
-scaling efficiency is E = T_c / T_step. The machine's CPU use in the steady window is reported
-so a saturated point can be told apart.
+``dba3c/synthetic.py``) on the emulated cluster of ``slurm/local-cluster.sh``: one rank per
+emulated node, so every worker and parameter server has its own shaped link. W workers, P
+parameter servers, the paper network at FC H, optionally backup workers (R of W gradients per
+step) and stragglers, over links of 10 or 100 Gb/s. Time is scaled by s: links run at
+rate / s and each worker computes for T_c x s per step, so the many ranks of a 64-worker point
+leave the machine unsaturated; the steady-state step time divided by s estimates the real
+one, and the scaling efficiency is E = T_c / T_step. The machine's CPU use in the steady
+window is reported so a saturated point can be told apart, and each point carries the
+analytic model's step time (:func:`model_step_seconds`) for comparison.
 
-On one host the ranks talk through shared memory, which is not slowed down by s: these
-numbers measure the protocol and the parameter servers, not a network. Run on the emulated
-cluster (links at rate / s) the same harness measures the network too.
+The cluster is started once with as many nodes as the largest point has ranks (a smaller
+point uses the first nodes), reshaped once per link rate, and stopped at the end.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
 
 from dba3c.config import load_config
+from dba3c.roles import required_world_size
 from dba3c.rundir import RunDir
+from launch.emulated import EmulatedCluster, link_rate, require_emulation
 
 # T_c assumed for one 12-core node of the paper: docs/benchmarks.md measured 77 ms per step on
 # 2 cores and scales it by 2/12 at equal efficiency (~13 ms); an assumption, not a measurement
@@ -34,10 +40,21 @@ COMPUTE_MS_SOURCE = ("assumed: 77 ms per step measured on 2 cores (docs/benchmar
                      "x 2/12 for a 12-core node")
 
 
+# Each link rate runs at its own multiple of the time scale: 100 Gb/s at s = 10 would push
+# 10 Gbit/s through veth links on this machine's cores, so it runs 5x slower (2 Gbit/s)
+LINK_TIME_SCALE = {10: 1.0, 100: 5.0}
+# A TCP segment on a veth link (MTU 1500) carries at most 1448 payload bytes and costs
+# 14 (Ethernet) + 20 (IPv4) + 32 (TCP with timestamps) more on the wire
+WIRE_PER_PAYLOAD = (1448 + 14 + 20 + 32) / 1448
+ADAM_S_PER_PARAM = 10e-9  # docs/benchmarks.md: Adam on N/P floats takes N/P x 10 ns
+STALL_TIMEOUT_S = 60.0  # a point whose steps stop ends after this, not after the default 300 s
+
+
 @dataclass(frozen=True)
 class ScalePoint:
     """One run of the grid: W workers, P parameter servers, FC ``hidden``; ``replicas``
-    gradients per step (0 = all); the last ``slow_workers`` take ``slow_factor`` x T_c."""
+    gradients per step (0 = all); the last ``slow_workers`` take ``slow_factor`` x T_c;
+    links of ``link_gbit`` Gb/s."""
 
     workers: int
     ps: int
@@ -45,6 +62,7 @@ class ScalePoint:
     replicas: int = 0
     slow_workers: int = 0
     slow_factor: float = 2.0
+    link_gbit: int = 10
 
     def overrides(self) -> list[str]:
         """The config overrides of this point."""
@@ -54,12 +72,16 @@ class ScalePoint:
 
 
 def scale_grid(quick: bool) -> list[ScalePoint]:
-    """The points measured: W x P at FC 128, FC sizes and P at the largest W, and backup
-    workers (R = W - W/16) with and without stragglers. ``quick`` is a 16-worker version."""
+    """The points measured, grouped by link rate: over 10 Gb/s links W x P at FC 128, FC
+    sizes and P at the largest W, and backup workers (R = W - W/16) with and without
+    stragglers; over 100 Gb/s links W x P at FC 128. ``quick`` is a 16-worker version with
+    two 100 Gb/s points."""
     if quick:
         sizes, servers, top, fcs = (1, 4, 16), (1, 4), 16, (32, 512)
+        fast = [ScalePoint(w, 4, link_gbit=100) for w in (4, 16)]
     else:
         sizes, servers, top, fcs = (1, 2, 4, 8, 16, 32, 64), (1, 2, 4, 8), 64, (32, 256, 512)
+        fast = [ScalePoint(w, p, link_gbit=100) for w in sizes for p in servers]
     points = [ScalePoint(w, p) for w in sizes for p in servers]
     points += [ScalePoint(top, 4, hidden=h) for h in fcs]
     if not quick:
@@ -68,7 +90,37 @@ def scale_grid(quick: bool) -> list[ScalePoint]:
     points += [ScalePoint(top, 4, replicas=backups),
                ScalePoint(top, 4, replicas=backups, slow_workers=top // 16),
                ScalePoint(top, 4, slow_workers=top // 16)]
-    return list(dict.fromkeys(points))
+    return list(dict.fromkeys(points + fast))
+
+
+def steps_for(point: ScalePoint, quick: bool) -> tuple[int, int]:
+    """(steps, warm-up steps) of a point: fewer at 32 workers and more, whose launch alone
+    takes tens of seconds on a small machine."""
+    if quick:
+        return 10, 3
+    return (12, 4) if point.workers >= 32 else (16, 5)
+
+
+def point_time_scale(point: ScalePoint, time_scale: float) -> float:
+    """The time scale s of a point: ``time_scale`` x its link rate's factor
+    (``LINK_TIME_SCALE``)."""
+    return time_scale * LINK_TIME_SCALE[point.link_gbit]
+
+
+def model_step_seconds(point: ScalePoint, num_params: int, compute_s: float,
+                       time_scale: float) -> float:
+    """The analytic step time of docs/benchmarks.md for a point (seconds, unscaled): the
+    compute time (x ``slow_factor`` when a straggler is among the gradients a step waits
+    for), then each PS link carries W gradient shards in and W parameter shards out one
+    after the other (M/P bytes each, TCP/IP headers included; never less than one whole
+    vector through a worker's link), plus Adam on N/P floats, which runs in real time and so
+    shrinks by the time scale in an emulated measurement."""
+    waited = point.replicas or point.workers
+    slowest = point.slow_factor if point.slow_workers > point.workers - waited else 1.0
+    vector = 4 * num_params * WIRE_PER_PAYLOAD
+    link = point.link_gbit * 1e9 / 8
+    comm = 2 * max(point.workers * vector / point.ps, vector) / link
+    return compute_s * slowest + comm + ADAM_S_PER_PARAM * num_params / point.ps / time_scale
 
 
 def steady_step_seconds(metrics: list[dict], warmup: int) -> float:
@@ -123,23 +175,30 @@ class CpuSampler(threading.Thread):
 
 
 def run_point(config: str, overrides: list[str], point: ScalePoint, *, compute_ms: float,
-              time_scale: float, steps: int, warmup: int) -> dict:
-    """One ``dba3c launch`` of synthetic ranks; its steady step time, efficiency,
-    throughput and the machine's CPU use."""
+              time_scale: float, steps: int, warmup: int,
+              mpiexec_args: list[str] | None = None) -> dict:
+    """One ``dba3c launch`` of synthetic ranks (with ``mpiexec_args``: on the emulated
+    cluster); its steady step time, efficiency, throughput, the machine's CPU use and the
+    analytic model's step time."""
+    from dba3c.envs import make_spec
     from launch.bench import RssSampler
 
     cfg = load_config(config, [*overrides, *point.overrides()])
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if mpiexec_args:
+        env["DBA3C_MPIEXEC_ARGS"] = shlex.join(mpiexec_args)
     with tempfile.TemporaryDirectory(prefix="dba3c-scale-") as run_dir:
         cmd = [sys.executable, "-m", "dba3c", "launch", config, "--workers", str(point.workers),
                "--ps", str(point.ps), *overrides, *point.overrides(), "synthetic.enabled=true",
                f"synthetic.compute_ms={compute_ms * time_scale:g}", "eval.every=0",
                "eval.rank=false", f"train.max_steps={steps}", "train.max_seconds=0",
                "run.progress=none", "run.log_every=1", "run.checkpoint_every=0",
+               f"dist.stall_timeout={STALL_TIMEOUT_S:g}",
                f"run.dir={run_dir}"]
         sampler = CpuSampler(RunDir(run_dir).metrics_path)
         sampler.start()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                                text=True, env=env)
         rss = RssSampler(proc.pid, interval=0.5)
         rss.start()
         _, err = proc.communicate()
@@ -149,7 +208,10 @@ def run_point(config: str, overrides: list[str], point: ScalePoint, *, compute_m
         metrics = RunDir(run_dir).read_metrics()
     step_s = steady_step_seconds(metrics, warmup) / time_scale
     replicas = point.replicas or point.workers
-    return {**asdict(point), "step_ms": 1000 * step_s,
+    model_s = model_step_seconds(point, make_spec(cfg).layout().num_params,
+                                 compute_ms / 1000, time_scale)
+    return {**asdict(point), "time_scale": time_scale, "steps": steps, "warmup_steps": warmup,
+            "step_ms": 1000 * step_s, "model_step_ms": 1000 * model_s,
             "efficiency": compute_ms / 1000 / step_s,
             "data_points_per_s": replicas * cfg.train.batch_size / step_s,
             "cpu_busy": busy_fraction(samples, warmup),
@@ -168,52 +230,99 @@ def peak_by_role(peak_mb: dict[str, float], num_ps: int) -> dict[str, float]:
     return roles
 
 
+def num_nodes(config: str, overrides: list[str], grid: list[ScalePoint]) -> int:
+    """Emulated nodes the grid needs: one per rank of its largest point."""
+    return max(required_world_size(load_config(config, [*overrides, *p.overrides(),
+                                                        "eval.rank=false",
+                                                        f"dist.ps={p.ps}"]), p.workers)
+               for p in grid)
+
+
+def point_label(point: ScalePoint) -> str:
+    """W, P, FC, backups, stragglers and link of a point, for progress lines."""
+    extra = (f" R={point.replicas}" if point.replicas else "") + (
+        f" {point.slow_workers} slow x{point.slow_factor:g}" if point.slow_workers else "")
+    return (f"W={point.workers} P={point.ps} FC={point.hidden}{extra} "
+            f"link {point.link_gbit} Gb/s")
+
+
 def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
               time_scale: float,
               progress=lambda text: print(text, file=sys.stderr, flush=True)) -> dict:
-    """Every point of the grid; the results as one JSON-able dict."""
+    """Every point of the grid on the emulated cluster (started with as many nodes as the
+    largest point has ranks, reshaped per link rate, stopped at the end); the results as
+    one JSON-able dict. A point that fails is recorded with its error and the grid goes
+    on."""
     from launch.bench import machine_description
 
-    steps, warmup = (15, 5) if quick else (40, 10)
+    require_emulation()  # before anything is printed or started
     grid = scale_grid(quick)
+    source = "--compute-ms" if compute_ms else COMPUTE_MS_SOURCE
+    compute_ms = compute_ms or DEFAULT_COMPUTE_MS
     results = {"config": config, "overrides": list(overrides), "quick": quick,
                "date": date.today().isoformat(), "machine": machine_description(),
-               "compute_ms": compute_ms or DEFAULT_COMPUTE_MS,
-               "compute_ms_source": "--compute-ms" if compute_ms else COMPUTE_MS_SOURCE,
-               "time_scale": time_scale, "steps": steps, "warmup_steps": warmup,
-               "links": "shared memory on one host (not time-scaled)", "points": []}
-    for i, point in enumerate(grid):
-        progress(f"bench --scale {i + 1}/{len(grid)}: {point}")
-        results["points"].append(run_point(config, overrides, point,
-                                           compute_ms=results["compute_ms"],
-                                           time_scale=time_scale, steps=steps,
-                                           warmup=warmup))
+               "compute_ms": compute_ms, "compute_ms_source": source, "time_scale": time_scale,
+               "links": "emulated cluster: one rank per network namespace, htb-shaped veth "
+                        "links at rate / s both ways, MPI over TCP",
+               "points": []}
+    nodes, t0 = num_nodes(config, overrides, grid), time.monotonic()
+    first_rate = link_rate(grid[0].link_gbit, point_time_scale(grid[0], time_scale))
+    progress(f"bench --scale: starting the emulated cluster ({nodes} nodes, links "
+             f"{first_rate}); T_c = {compute_ms:.1f} ms ({results['compute_ms_source']})")
+    with EmulatedCluster(nodes, first_rate) as emulated:
+        mpiexec_args = emulated.mpiexec_args()
+        for i, point in enumerate(grid):
+            s = point_time_scale(point, time_scale)
+            if link_rate(point.link_gbit, s) != emulated.rate:
+                emulated.reshape(link_rate(point.link_gbit, s))
+            steps, warmup = steps_for(point, quick)
+            try:
+                r = run_point(config, overrides, point, compute_ms=compute_ms, time_scale=s,
+                              steps=steps, warmup=warmup, mpiexec_args=mpiexec_args)
+                cpu = "?" if r["cpu_busy"] is None else f"{100 * r['cpu_busy']:.0f}%"
+                done = (f"step {r['step_ms']:.1f} ms (model {r['model_step_ms']:.1f}), "
+                        f"E {r['efficiency']:.2f}, CPU {cpu}")
+            except RuntimeError as e:
+                r = {**asdict(point), "time_scale": s, "error": str(e)[-1000:]}
+                done = f"FAILED: {str(e)[-300:]}"
+            results["points"].append(r)
+            progress(f"bench --scale {i + 1}/{len(grid)} [{time.monotonic() - t0:.0f} s] "
+                     f"{point_label(point)}, s={s:g} ({emulated.rate}): {done}")
     return results
 
 
 def scale_table(r: dict, command: str) -> str:
-    """The results as a dated markdown section for docs/benchmarks.md."""
+    """The results as a dated markdown section for docs/benchmarks.md (emulated results,
+    labelled so, with the model's step time beside each measured one)."""
     rows = []
     for p in r["points"]:
         backup = f"{p['replicas']}/{p['workers']}" if p["replicas"] else "all"
         slow = (f"{p['slow_workers']} x{p['slow_factor']:g}" if p["slow_workers"] else "none")
+        head = (f"| {p['link_gbit']} | {p['time_scale']:g} | {p['workers']} | {p['ps']} | "
+                f"{p['hidden']} | {backup} | {slow} |")
+        if "error" in p:
+            rows.append(f"{head} failed | | | | | | |")
+            continue
         cpu = "?" if p["cpu_busy"] is None else f"{100 * p['cpu_busy']:.0f}%"
         rss = max(p["peak_rss_mb"].values(), default=0.0)
-        rows.append(f"| {p['workers']} | {p['ps']} | {p['hidden']} | {backup} | {slow} | "
-                    f"{p['step_ms']:.1f} | {p['efficiency']:.2f} | "
-                    f"{p['data_points_per_s']:.0f} | {cpu} | {rss:.0f} |")
+        off = p["model_step_ms"] / p["step_ms"] - 1
+        rows.append(f"{head} {p['step_ms']:.1f} | {p['model_step_ms']:.1f} ({off:+.0%}) | "
+                    f"{p['efficiency']:.2f} | {p['data_points_per_s']:.0f} | {cpu} | "
+                    f"{rss:.0f} |")
     return "\n".join([
-        f"## `dba3c bench --scale{' --quick' if r['quick'] else ''}` on {r['date']}", "",
+        (f"## `dba3c bench --scale{' --quick' if r['quick'] else ''}` on {r['date']} "
+         f"(emulated cluster)"), "",
         f"Command: `{command}`  ", (f"Machine: {r['machine']}; config `{r['config']}` "
                                     f"{' '.join(r['overrides'])}"), "",
-        (f"Synthetic-compute ranks, T_c = {r['compute_ms']:.1f} ms ({r['compute_ms_source']}), "
-         f"time scale s = {r['time_scale']:g} (each worker waits T_c x s per step); step time "
-         f"= steady step time / s over steps {r['warmup_steps'] + 1}-{r['steps']}; E = T_c / "
-         f"T_step. Links: {r['links']}, so this measures the protocol and the parameter "
-         f"servers, not a network. CPU: the machine's use in the steady window."), "",
-        ("| W | P | FC | gradients per step | stragglers | step, ms | E | data points/s | CPU "
-         "| peak RSS of a rank, MB |"), "|---|---|---|---|---|---|---|---|---|---|", *rows,
-        ""]) + "\n"
+        (f"EMULATED: synthetic-compute ranks, T_c = {r['compute_ms']:.1f} ms "
+         f"({r['compute_ms_source']}); {r['links']}. Time scale s per row: links at rate / s, "
+         f"each worker waits T_c x s per step; step time = steady step time / s (steps after "
+         f"the warm-up); E = T_c / T_step; model: docs/benchmarks.md's analytic step time "
+         f"(its difference from the measurement in brackets). CPU: the whole machine's use "
+         f"in the steady window."), "",
+        ("| link, Gb/s | s | W | P | FC | gradients per step | stragglers | step, ms | model, "
+         "ms | E | data points/s | CPU | peak RSS of a rank, MB |"),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|", *rows, ""]) + "\n"
 
 
 def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
