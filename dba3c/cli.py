@@ -260,7 +260,7 @@ def cmd_bench(args) -> int:
 
     load_config(args.config, args.overrides)  # refuse bad input before minutes of work
     if args.scale:
-        from launch.scale import scale_command
+        from launch.scale import SCALE_JSON, scale_command
 
         if args.long is not None:
             raise UserError("--scale and --long are separate benchmarks: give one of them")
@@ -270,7 +270,7 @@ def cmd_bench(args) -> int:
         if args.time_scale < 1:
             raise UserError(f"--time-scale {args.time_scale:g} must be at least 1")
         table = scale_command(args.config, args.overrides, args.quick, args.compute_ms,
-                              args.time_scale, Path(args.out).with_name("scale.json"),
+                              args.time_scale, Path(args.out).with_name(SCALE_JSON),
                               Path(args.docs))
     elif args.long is None:
         table = bench_command(args.config, args.overrides, args.quick, Path(args.out),

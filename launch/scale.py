@@ -17,6 +17,7 @@ point uses the first nodes), reshaped once per link rate, and stopped at the end
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -47,6 +48,10 @@ LINK_TIME_SCALE = {10: 1.0, 100: 5.0}
 # 14 (Ethernet) + 20 (IPv4) + 32 (TCP with timestamps) more on the wire
 WIRE_PER_PAYLOAD = (1448 + 14 + 20 + 32) / 1448
 ADAM_S_PER_PARAM = 10e-9  # docs/benchmarks.md: Adam on N/P floats takes N/P x 10 ns
+SCALE_JSON = "scale.json"  # dba3c bench --scale's results, beside bench/results.json
+# what every point of scale.json has, measured or failed (a measured one has step_ms etc.)
+SCALE_POINT_KEYS = frozenset({"workers", "ps", "hidden", "replicas", "slow_workers",
+                              "slow_factor", "link_gbit", "time_scale"})
 STALL_TIMEOUT_S = 60.0  # a point whose steps stop ends after this, not after the default 300 s
 
 
@@ -147,6 +152,21 @@ def busy_fraction(samples: list[tuple[int, int, int]], warmup: int) -> float | N
     if len(steady) < 2 or steady[-1][1] == steady[0][1]:
         return None
     return (steady[-1][0] - steady[0][0]) / (steady[-1][1] - steady[0][1])
+
+
+def read_scale_results(path: Path) -> dict:
+    """The results ``dba3c bench --scale`` wrote to ``path`` (JSON with measured points);
+    ValueError naming the file unless it holds them."""
+    try:
+        results = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not readable as dba3c bench --scale results: {e}") from None
+    if not isinstance(results, dict) or not isinstance(results.get("points"), list) or any(
+            not isinstance(p, dict) or not SCALE_POINT_KEYS <= p.keys() for p in
+            results["points"]):
+        raise ValueError(f"{path}: not dba3c bench --scale results (expected an object whose "
+                         f"'points' each have {', '.join(sorted(SCALE_POINT_KEYS))})")
+    return results
 
 
 class CpuSampler(threading.Thread):
