@@ -5,16 +5,20 @@ stop it. Node K is the network namespace ``dba3c-nodeK``; its link is the veth `
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Self
 
 from dba3c.errors import UserError
 
 SCRIPT = Path(__file__).resolve().parent.parent / "slurm" / "local-cluster.sh"
+PINGPONG = Path(__file__).resolve().parent / "pingpong.py"
+UNSHAPED = "100gbit"  # far above what this host's cores move: such links do not limit
 
 
 def emulation_problem() -> str | None:
@@ -78,6 +82,25 @@ class EmulatedCluster:
         """Every link (both ways) at ``rate`` from now on."""
         cluster("start", "--nodes", str(self.num_nodes), "--link", rate)
         self.rate = rate
+
+    def host_bytes_per_s(self, num_bytes: int = 4 << 20, reps: int = 20) -> float:
+        """Payload bytes per second MPI moves between node1 and node2 when the links do not
+        limit (the host's cores do): a ping-pong over links reshaped to ``UNSHAPED``, after
+        which the links get their rate back."""
+        from launch.local import find_mpiexec
+
+        rate = self.rate
+        self.reshape(UNSHAPED)
+        try:
+            proc = subprocess.run([find_mpiexec(), *self.mpiexec_args(), "-n", "2",
+                                   sys.executable, str(PINGPONG), str(num_bytes), str(reps)],
+                                  capture_output=True, text=True, timeout=300, check=False)
+        finally:
+            self.reshape(rate)
+        if proc.returncode != 0:
+            raise RuntimeError(f"ping-pong exited {proc.returncode}: {proc.stderr[-2000:]}")
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        return 2 * result["bytes_each_way"] / result["seconds"]
 
     def mpiexec_args(self) -> list[str]:
         """The hydra options that start rank k on node k+1 (one rank per node)."""

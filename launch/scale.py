@@ -79,14 +79,15 @@ class ScalePoint:
 def scale_grid(quick: bool) -> list[ScalePoint]:
     """The points measured, grouped by link rate: over 10 Gb/s links W x P at FC 128, FC
     sizes and P at the largest W, and backup workers (R = W - W/16) with and without
-    stragglers; over 100 Gb/s links W x P at FC 128. ``quick`` is a 16-worker version with
-    two 100 Gb/s points."""
+    stragglers; over 100 Gb/s links W at P = 1 and 4, FC 128 (a 64-worker launch takes
+    about a minute on 2 cores: the whole grid fits in 25 minutes). ``quick`` is a 16-worker
+    version with two 100 Gb/s points."""
     if quick:
         sizes, servers, top, fcs = (1, 4, 16), (1, 4), 16, (32, 512)
         fast = [ScalePoint(w, 4, link_gbit=100) for w in (4, 16)]
     else:
         sizes, servers, top, fcs = (1, 2, 4, 8, 16, 32, 64), (1, 2, 4, 8), 64, (32, 256, 512)
-        fast = [ScalePoint(w, p, link_gbit=100) for w in sizes for p in servers]
+        fast = [ScalePoint(w, p, link_gbit=100) for w in sizes for p in (1, 4)]
     points = [ScalePoint(w, p) for w in sizes for p in servers]
     points += [ScalePoint(top, 4, hidden=h) for h in fcs]
     if not quick:
@@ -126,6 +127,15 @@ def model_step_seconds(point: ScalePoint, num_params: int, compute_s: float,
     link = point.link_gbit * 1e9 / 8
     comm = 2 * max(point.workers * vector / point.ps, vector) / link
     return compute_s * slowest + comm + ADAM_S_PER_PARAM * num_params / point.ps / time_scale
+
+
+def host_seconds(point: ScalePoint, num_params: int, host_bytes_per_s: float,
+                 time_scale: float) -> float:
+    """What the emulation adds to the model's step (seconds, unscaled): every gradient and
+    parameter vector of a step (2 W of them, TCP/IP headers included) goes through this
+    host's TCP stack and MPI on its few cores at ``host_bytes_per_s``, in real time, so
+    divided by the time scale. A real cluster spreads that work over its nodes."""
+    return 2 * point.workers * 4 * num_params * WIRE_PER_PAYLOAD / host_bytes_per_s / time_scale
 
 
 def steady_step_seconds(metrics: list[dict], warmup: int) -> float:
@@ -196,10 +206,12 @@ class CpuSampler(threading.Thread):
 
 def run_point(config: str, overrides: list[str], point: ScalePoint, *, compute_ms: float,
               time_scale: float, steps: int, warmup: int,
-              mpiexec_args: list[str] | None = None) -> dict:
+              mpiexec_args: list[str] | None = None,
+              host_bytes_per_s: float | None = None) -> dict:
     """One ``dba3c launch`` of synthetic ranks (with ``mpiexec_args``: on the emulated
     cluster); its steady step time, efficiency, throughput, the machine's CPU use and the
-    analytic model's step time."""
+    analytic model's step time (with ``host_bytes_per_s`` also the model plus the
+    emulation's own CPU cost, :func:`host_seconds`)."""
     from dba3c.envs import make_spec
     from launch.bench import RssSampler
 
@@ -228,10 +240,13 @@ def run_point(config: str, overrides: list[str], point: ScalePoint, *, compute_m
         metrics = RunDir(run_dir).read_metrics()
     step_s = steady_step_seconds(metrics, warmup) / time_scale
     replicas = point.replicas or point.workers
-    model_s = model_step_seconds(point, make_spec(cfg).layout().num_params,
-                                 compute_ms / 1000, time_scale)
+    num_params = make_spec(cfg).layout().num_params
+    model_s = model_step_seconds(point, num_params, compute_ms / 1000, time_scale)
+    host_s = (host_seconds(point, num_params, host_bytes_per_s, time_scale)
+              if host_bytes_per_s else 0.0)
     return {**asdict(point), "time_scale": time_scale, "steps": steps, "warmup_steps": warmup,
             "step_ms": 1000 * step_s, "model_step_ms": 1000 * model_s,
+            "emulated_model_step_ms": 1000 * (model_s + host_s),
             "efficiency": compute_ms / 1000 / step_s,
             "data_points_per_s": replicas * cfg.train.batch_size / step_s,
             "cpu_busy": busy_fraction(samples, warmup),
@@ -291,6 +306,9 @@ def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float 
              f"{first_rate}); T_c = {compute_ms:.1f} ms ({results['compute_ms_source']})")
     with EmulatedCluster(nodes, first_rate) as emulated:
         mpiexec_args = emulated.mpiexec_args()
+        results["host_bytes_per_s"] = host = emulated.host_bytes_per_s()
+        progress(f"bench --scale: MPI over unshaped links moves {host / 1e6:.0f} MB/s on this "
+                 f"host (the emulation's own CPU cost in the model)")
         for i, point in enumerate(grid):
             s = point_time_scale(point, time_scale)
             if link_rate(point.link_gbit, s) != emulated.rate:
@@ -298,10 +316,12 @@ def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float 
             steps, warmup = steps_for(point, quick)
             try:
                 r = run_point(config, overrides, point, compute_ms=compute_ms, time_scale=s,
-                              steps=steps, warmup=warmup, mpiexec_args=mpiexec_args)
+                              steps=steps, warmup=warmup, mpiexec_args=mpiexec_args,
+                              host_bytes_per_s=host)
                 cpu = "?" if r["cpu_busy"] is None else f"{100 * r['cpu_busy']:.0f}%"
-                done = (f"step {r['step_ms']:.1f} ms (model {r['model_step_ms']:.1f}), "
-                        f"E {r['efficiency']:.2f}, CPU {cpu}")
+                done = (f"step {r['step_ms']:.1f} ms (model {r['model_step_ms']:.1f}, with "
+                        f"the host {r['emulated_model_step_ms']:.1f}), E "
+                        f"{r['efficiency']:.2f}, CPU {cpu}")
             except RuntimeError as e:
                 r = {**asdict(point), "time_scale": s, "error": str(e)[-1000:]}
                 done = f"FAILED: {str(e)[-300:]}"
@@ -321,14 +341,14 @@ def scale_table(r: dict, command: str) -> str:
         head = (f"| {p['link_gbit']} | {p['time_scale']:g} | {p['workers']} | {p['ps']} | "
                 f"{p['hidden']} | {backup} | {slow} |")
         if "error" in p:
-            rows.append(f"{head} failed | | | | | | |")
+            rows.append(f"{head} failed | | | | | | | |")
             continue
         cpu = "?" if p["cpu_busy"] is None else f"{100 * p['cpu_busy']:.0f}%"
         rss = max(p["peak_rss_mb"].values(), default=0.0)
-        off = p["model_step_ms"] / p["step_ms"] - 1
-        rows.append(f"{head} {p['step_ms']:.1f} | {p['model_step_ms']:.1f} ({off:+.0%}) | "
-                    f"{p['efficiency']:.2f} | {p['data_points_per_s']:.0f} | {cpu} | "
-                    f"{rss:.0f} |")
+        models = " | ".join(f"{p[key]:.1f} ({p[key] / p['step_ms'] - 1:+.0%})"
+                            for key in ("model_step_ms", "emulated_model_step_ms"))
+        rows.append(f"{head} {p['step_ms']:.1f} | {models} | {p['efficiency']:.2f} | "
+                    f"{p['data_points_per_s']:.0f} | {cpu} | {rss:.0f} |")
     return "\n".join([
         (f"## `dba3c bench --scale{' --quick' if r['quick'] else ''}` on {r['date']} "
          f"(emulated cluster)"), "",
@@ -338,11 +358,13 @@ def scale_table(r: dict, command: str) -> str:
          f"({r['compute_ms_source']}); {r['links']}. Time scale s per row: links at rate / s, "
          f"each worker waits T_c x s per step; step time = steady step time / s (steps after "
          f"the warm-up); E = T_c / T_step; model: docs/benchmarks.md's analytic step time "
-         f"(its difference from the measurement in brackets). CPU: the whole machine's use "
-         f"in the steady window."), "",
+         f"of a real cluster, and that plus the emulation's own CPU cost (every vector "
+         f"through this host's TCP stack at {r['host_bytes_per_s'] / 1e6:.0f} MB/s, the "
+         f"unshaped MPI ping-pong rate, / s); their difference from the measurement in "
+         f"brackets. CPU: the whole machine's use in the steady window."), "",
         ("| link, Gb/s | s | W | P | FC | gradients per step | stragglers | step, ms | model, "
-         "ms | E | data points/s | CPU | peak RSS of a rank, MB |"),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|", *rows, ""]) + "\n"
+         "ms | model + host, ms | E | data points/s | CPU | peak RSS of a rank, MB |"),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", *rows, ""]) + "\n"
 
 
 def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: float | None,

@@ -122,6 +122,17 @@ def test_a_link_taken_down_ends_the_job_naming_the_rank_behind_it(on_the_cluster
     assert timeout <= job.ended - t0 < timeout + 30, job.ended - t0
 
 
+def test_host_throughput_is_measured_over_unshaped_links_which_get_their_rate_back(emulated):
+    before = tc_stats("d3v2")[0]
+    rate = emulated.host_bytes_per_s(num_bytes=1 << 20, reps=20)
+    # far above the 1 Gbit/s links (125 MB/s) the cluster runs with, which are back
+    assert 2 * 125e6 < rate < 100e9, rate
+    assert tc_stats("d3v2")[0] - before >= 20 << 20  # node2 got the pings through its link
+    classes = subprocess.run(["tc", "class", "show", "dev", "d3v2"], capture_output=True,
+                             text=True, check=True).stdout
+    assert "rate 1Gbit" in classes, classes
+
+
 def test_stopping_the_cluster_leaves_no_namespace_link_or_process(emulated):
     """Run last: the module's cluster stopped by hand (the fixture's stop then finds
     nothing) leaves no namespace, veth, bridge or process of any node."""

@@ -14,6 +14,7 @@ from launch.scale import (
     ScalePoint,
     busy_fraction,
     cpu_times,
+    host_seconds,
     model_step_seconds,
     peak_by_role,
     point_time_scale,
@@ -38,7 +39,7 @@ def test_grids_cover_the_issue_points_once():
     assert backups == [(60, 0), (60, 4)]
     fast = [p for p in grid if p.link_gbit == 100]
     assert {(p.workers, p.ps, p.hidden) for p in fast} == {
-        (w, p, 128) for w in (1, 2, 4, 8, 16, 32, 64) for p in (1, 2, 4, 8)}
+        (w, p, 128) for w in (1, 2, 4, 8, 16, 32, 64) for p in (1, 4)}
     assert grid == full + fast  # grouped by link rate: one reshape of the links
     quick = scale_grid(quick=True)
     assert max(p.workers for p in quick) == 16 and len(quick) == 13
@@ -76,6 +77,10 @@ def test_model_step_time_adds_both_ways_of_the_ps_link_to_the_slowest_waited_com
     assert model_step_seconds(slow, n, tc, 10) == pytest.approx(base + tc)
     assert model_step_seconds(backup, n, tc, 10) == pytest.approx(base)
     assert model_step_seconds(too_many, n, tc, 10) == pytest.approx(base + tc)
+    # the emulation's CPU cost: 2 x 64 vectors through 1.2 GB/s of this host, / s = 10
+    assert host_seconds(ScalePoint(64, 4), n, 1.2e9, 10) == pytest.approx(
+        2 * 64 * wire / 1.2e9 / 10)
+    assert host_seconds(ScalePoint(64, 4), n, 1.2e9, 10) == pytest.approx(0.0144, abs=1e-4)
 
 
 def test_the_emulated_cluster_needs_root(monkeypatch):
@@ -125,17 +130,18 @@ def test_peak_rss_is_grouped_by_role():
 def test_table_lists_every_point_with_its_settings():
     point = {"workers": 16, "ps": 4, "hidden": 128, "replicas": 15, "slow_workers": 1,
              "slow_factor": 2.0, "link_gbit": 10, "time_scale": 10, "step_ms": 20.5,
-             "model_step_ms": 18.45, "efficiency": 0.65,
+             "model_step_ms": 18.45, "emulated_model_step_ms": 22.55, "efficiency": 0.65,
              "data_points_per_s": 23414.6, "cpu_busy": 0.4,
              "peak_rss_mb": {"chief": 110.2, "ps": 95.0, "worker": 90.0}}
     failed = {"workers": 64, "ps": 8, "hidden": 128, "replicas": 0, "slow_workers": 0,
               "slow_factor": 2.0, "link_gbit": 100, "time_scale": 50, "error": "rank 3 died"}
     r = {"quick": True, "date": "2026-11-23", "machine": "test CPU", "config": "c.yaml",
          "overrides": [], "compute_ms": 12.8, "compute_ms_source": "assumed", "time_scale": 10,
-         "links": "emulated links", "points": [point, failed]}
+         "links": "emulated links", "host_bytes_per_s": 1.2e9, "points": [point, failed]}
     table = scale_table(r, "dba3c bench --scale --quick")
-    assert ("| 10 | 10 | 16 | 4 | 128 | 15/16 | 1 x2 | 20.5 | 18.4 (-10%) | 0.65 | 23415 | "
-            "40% | 110 |") in table
+    assert ("| 10 | 10 | 16 | 4 | 128 | 15/16 | 1 x2 | 20.5 | 18.4 (-10%) | 22.6 (+10%) | "
+            "0.65 | 23415 | 40% | 110 |") in table
+    assert "this host's TCP stack at 1200 MB/s" in table
     assert "| 100 | 50 | 64 | 8 | 128 | all | none | failed |" in table
     assert "EMULATED: synthetic-compute ranks, T_c = 12.8 ms (assumed); emulated links" in table
 
@@ -187,16 +193,21 @@ def test_scale_command_writes_every_point_to_json_and_appends_the_table(tmp_path
         def mpiexec_args(self):
             return ["-hosts", "node1"]
 
+        def host_bytes_per_s(self):
+            return 1.5e9
+
     def measured(config, overrides, point, *, compute_ms, time_scale, steps, warmup,
-                 mpiexec_args):
+                 mpiexec_args, host_bytes_per_s):
         # what a run would return: here a step of T_c + 1 ms per worker; W = 16 at 100 Gb/s
         # fails
-        calls.append(("run", point.workers, point.link_gbit, time_scale, mpiexec_args))
+        calls.append(("run", point.workers, point.link_gbit, time_scale, mpiexec_args,
+                      host_bytes_per_s))
         if (point.workers, point.link_gbit) == (16, 100):
             raise RuntimeError("rank 7 exited 1")
         step_ms = compute_ms + point.workers
         return {**asdict(point), "time_scale": time_scale, "step_ms": step_ms,
-                "model_step_ms": step_ms, "efficiency": compute_ms / step_ms,
+                "model_step_ms": step_ms, "emulated_model_step_ms": step_ms,
+                "efficiency": compute_ms / step_ms,
                 "data_points_per_s": 1000.0, "cpu_busy": 0.5, "peak_rss_mb": {"chief": 100.0}}
 
     monkeypatch.setattr(scale, "run_point", measured)
@@ -220,5 +231,6 @@ def test_scale_command_writes_every_point_to_json_and_appends_the_table(tmp_path
     assert calls[0] == ("start", 20, "1000mbit") and calls[-1] == ("stop",)
     assert [c for c in calls if c[0] == "reshape"] == [("reshape", "2000mbit")]
     runs = [c for c in calls if c[0] == "run"]
-    assert len(runs) == 13 and all(c[4] == ["-hosts", "node1"] for c in runs)
+    assert len(runs) == 13 and all(c[4:] == (["-hosts", "node1"], 1.5e9) for c in runs)
+    assert results["host_bytes_per_s"] == 1.5e9
     assert [c[3] for c in runs] == [10] * 11 + [50] * 2
