@@ -31,7 +31,7 @@ from pathlib import Path
 
 from dba3c.config import load_config
 from dba3c.roles import required_world_size
-from dba3c.rundir import RunDir
+from dba3c.rundir import RunDir, write_atomic
 from launch.emulated import EmulatedCluster, link_rate, require_emulation
 
 # T_c assumed for one 12-core node of the paper: docs/benchmarks.md measured 77 ms per step on
@@ -283,11 +283,12 @@ def point_label(point: ScalePoint) -> str:
 
 def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
               time_scale: float,
-              progress=lambda text: print(text, file=sys.stderr, flush=True)) -> dict:
+              progress=lambda text: print(text, file=sys.stderr, flush=True),
+              partial=lambda results: None) -> dict:
     """Every point of the grid on the emulated cluster (started with as many nodes as the
     largest point has ranks, reshaped per link rate, stopped at the end); the results as
-    one JSON-able dict. A point that fails is recorded with its error and the grid goes
-    on."""
+    one JSON-able dict, also handed to ``partial`` after each point. A point that fails is
+    recorded with its error and the grid goes on."""
     from launch.bench import machine_description
 
     require_emulation()  # before anything is printed or started
@@ -326,6 +327,7 @@ def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float 
                 r = {**asdict(point), "time_scale": s, "error": str(e)[-1000:]}
                 done = f"FAILED: {str(e)[-300:]}"
             results["points"].append(r)
+            partial(results)
             progress(f"bench --scale {i + 1}/{len(grid)} [{time.monotonic() - t0:.0f} s] "
                      f"{point_label(point)}, s={s:g} ({emulated.rate}): {done}")
     return results
@@ -370,10 +372,17 @@ def scale_table(r: dict, command: str) -> str:
 def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
                   time_scale: float, out_json: Path, docs: Path) -> str:
     """Run the grid, write ``out_json`` and append the markdown section to ``docs``; return
-    the section."""
+    the section. While it runs, the points so far are in ``NAME.partial.json`` beside
+    ``out_json``."""
     from launch.bench import _command_line, _record
 
-    results = run_scale(config, overrides, quick, compute_ms, time_scale)
+    def partial(results: dict) -> None:  # a grid cut short keeps the points it measured
+        out_json.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(out_json.with_suffix(".partial.json"),
+                     (json.dumps(results, indent=1) + "\n").encode())
+
+    results = run_scale(config, overrides, quick, compute_ms, time_scale, partial=partial)
+    out_json.with_suffix(".partial.json").unlink(missing_ok=True)
     options = (" --scale" + (" --quick" if quick else "")
                + (f" --compute-ms {compute_ms:g}" if compute_ms else "")
                + f" --time-scale {time_scale:g}")

@@ -202,6 +202,9 @@ def test_scale_command_writes_every_point_to_json_and_appends_the_table(tmp_path
         # fails
         calls.append(("run", point.workers, point.link_gbit, time_scale, mpiexec_args,
                       host_bytes_per_s))
+        if (tmp_path / "scale.partial.json").exists():  # the points so far, while it runs
+            calls.append(("partial", len(json.loads(
+                (tmp_path / "scale.partial.json").read_text())["points"])))
         if (point.workers, point.link_gbit) == (16, 100):
             raise RuntimeError("rank 7 exited 1")
         step_ms = compute_ms + point.workers
@@ -230,6 +233,8 @@ def test_scale_command_writes_every_point_to_json_and_appends_the_table(tmp_path
     # one cluster of 20 nodes (16 workers + 4 PS), links reshaped once, stopped at the end
     assert calls[0] == ("start", 20, "1000mbit") and calls[-1] == ("stop",)
     assert [c for c in calls if c[0] == "reshape"] == [("reshape", "2000mbit")]
+    assert [c[1] for c in calls if c[0] == "partial"] == list(range(1, 13))
+    assert not (tmp_path / "scale.partial.json").exists()
     runs = [c for c in calls if c[0] == "run"]
     assert len(runs) == 13 and all(c[4:] == (["-hosts", "node1"], 1.5e9) for c in runs)
     assert results["host_bytes_per_s"] == 1.5e9
