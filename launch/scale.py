@@ -139,13 +139,19 @@ def host_seconds(point: ScalePoint, num_params: int, host_bytes_per_s: float,
 
 
 def steady_step_seconds(metrics: list[dict], warmup: int) -> float:
-    """Seconds per global step after the first ``warmup`` steps: the slope of the chief's
-    ``time_s`` over ``step`` between the first and last record past the warm-up."""
+    """Seconds per global step after the first ``warmup`` steps: the least-squares slope of
+    the chief's ``time_s`` over ``step`` past the warm-up (one late record at either end of
+    the window, e.g. the chief's log write delayed on a busy machine, moves it less than a
+    slope between the first and last record would)."""
     tail = [m for m in metrics if m["step"] > warmup]
     if len(tail) < 2:
         raise ValueError(f"{len(tail)} metrics records after a warm-up of {warmup} steps: "
                          f"need at least 2")
-    return (tail[-1]["time_s"] - tail[0]["time_s"]) / (tail[-1]["step"] - tail[0]["step"])
+    steps = [m["step"] for m in tail]
+    times = [m["time_s"] for m in tail]
+    mean_step, mean_time = sum(steps) / len(steps), sum(times) / len(times)
+    return (sum((x - mean_step) * (y - mean_time) for x, y in zip(steps, times))
+            / sum((x - mean_step) ** 2 for x in steps))
 
 
 def cpu_times(stat_line: str) -> tuple[int, int]:

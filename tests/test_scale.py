@@ -110,6 +110,10 @@ def test_steady_step_time_is_the_slope_after_the_warmup():
     metrics = [{"step": s, "time_s": t} for s, t in
                [(1, 5.0), (2, 5.5), (3, 5.6), (4, 5.8), (5, 6.0), (6, 6.2)]]
     assert steady_step_seconds(metrics, warmup=2) == pytest.approx(0.2)
+    # a late first record of the window: the fitted slope over steps 3-7 (times 5.7, 5.8,
+    # 6.0, 6.2, 6.4) is 0.18 where first-to-last would give 0.7 / 4 = 0.175
+    late = [*metrics[:2], {"step": 3, "time_s": 5.7}, *metrics[3:], {"step": 7, "time_s": 6.4}]
+    assert steady_step_seconds(late, warmup=2) == pytest.approx(0.18)
     with pytest.raises(ValueError, match="need at least 2"):
         steady_step_seconds(metrics, warmup=5)
 
