@@ -27,7 +27,9 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from datetime import date
+from itertools import pairwise
 from pathlib import Path
+from statistics import median
 
 from dba3c.config import load_config
 from dba3c.roles import required_world_size
@@ -139,19 +141,17 @@ def host_seconds(point: ScalePoint, num_params: int, host_bytes_per_s: float,
 
 
 def steady_step_seconds(metrics: list[dict], warmup: int) -> float:
-    """Seconds per global step after the first ``warmup`` steps: the least-squares slope of
-    the chief's ``time_s`` over ``step`` past the warm-up (one late record at either end of
-    the window, e.g. the chief's log write delayed on a busy machine, moves it less than a
-    slope between the first and last record would)."""
+    """Seconds per global step after the first ``warmup`` steps: the median of the chief's
+    ``time_s`` intervals per step past the warm-up. The chief logs a step when it has
+    handled its messages, so on a busy machine two steps can be logged together (intervals
+    like 0.66, 1.32, 0.01 s for a steady 0.66 s): the median ignores such a pair, where a
+    slope between the window's ends would not."""
     tail = [m for m in metrics if m["step"] > warmup]
     if len(tail) < 2:
         raise ValueError(f"{len(tail)} metrics records after a warm-up of {warmup} steps: "
                          f"need at least 2")
-    steps = [m["step"] for m in tail]
-    times = [m["time_s"] for m in tail]
-    mean_step, mean_time = sum(steps) / len(steps), sum(times) / len(times)
-    return (sum((x - mean_step) * (y - mean_time) for x, y in zip(steps, times))
-            / sum((x - mean_step) ** 2 for x in steps))
+    return median((b["time_s"] - a["time_s"]) / (b["step"] - a["step"])
+                  for a, b in pairwise(tail))
 
 
 def cpu_times(stat_line: str) -> tuple[int, int]:

@@ -106,14 +106,19 @@ def test_bench_scale_refuses_without_root_and_writes_nothing(tmp_path, monkeypat
     assert docs.read_text() == "# Benchmarks\n" and not (tmp_path / "bench").exists()
 
 
-def test_steady_step_time_is_the_slope_after_the_warmup():
+def test_steady_step_time_is_the_median_interval_after_the_warmup():
     metrics = [{"step": s, "time_s": t} for s, t in
                [(1, 5.0), (2, 5.5), (3, 5.6), (4, 5.8), (5, 6.0), (6, 6.2)]]
     assert steady_step_seconds(metrics, warmup=2) == pytest.approx(0.2)
-    # a late first record of the window: the fitted slope over steps 3-7 (times 5.7, 5.8,
-    # 6.0, 6.2, 6.4) is 0.18 where first-to-last would give 0.7 / 4 = 0.175
-    late = [*metrics[:2], {"step": 3, "time_s": 5.7}, *metrics[3:], {"step": 7, "time_s": 6.4}]
-    assert steady_step_seconds(late, warmup=2) == pytest.approx(0.18)
+    # two steps logged together (intervals 0.4 and 0.01): the steady 0.2 s still comes out,
+    # where the slope between the window's ends would give (6.61 - 5.6) / 4 = 0.2525
+    bunched = [*metrics[:3], {"step": 4, "time_s": 5.8}, {"step": 5, "time_s": 6.2},
+               {"step": 6, "time_s": 6.21}, {"step": 7, "time_s": 6.41},
+               {"step": 8, "time_s": 6.61}]
+    assert steady_step_seconds(bunched, warmup=2) == pytest.approx(0.2)
+    # a gap in the records counts per step
+    assert steady_step_seconds([{"step": 3, "time_s": 1.0}, {"step": 6, "time_s": 1.9}],
+                               warmup=2) == pytest.approx(0.3)
     with pytest.raises(ValueError, match="need at least 2"):
         steady_step_seconds(metrics, warmup=5)
 
