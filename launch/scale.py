@@ -106,7 +106,7 @@ def steps_for(point: ScalePoint, quick: bool) -> tuple[int, int]:
     takes tens of seconds on a small machine."""
     if quick:
         return 10, 3
-    return (12, 4) if point.workers >= 32 else (16, 5)
+    return (10, 3) if point.workers >= 32 else (12, 4)
 
 
 def point_time_scale(point: ScalePoint, time_scale: float) -> float:

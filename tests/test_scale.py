@@ -47,8 +47,8 @@ def test_grids_cover_the_issue_points_once():
 
 
 def test_fewer_steps_at_large_w_and_a_slower_clock_for_fast_links():
-    assert steps_for(ScalePoint(16, 4), quick=False) == (16, 5)
-    assert steps_for(ScalePoint(32, 4), quick=False) == (12, 4)
+    assert steps_for(ScalePoint(16, 4), quick=False) == (12, 4)
+    assert steps_for(ScalePoint(32, 4), quick=False) == (10, 3)
     assert steps_for(ScalePoint(64, 4), quick=True) == (10, 3)
     assert point_time_scale(ScalePoint(4, 4), 10) == 10
     assert point_time_scale(ScalePoint(4, 4, link_gbit=100), 10) == 50
