@@ -77,10 +77,15 @@ def test_model_step_time_adds_both_ways_of_the_ps_link_to_the_slowest_waited_com
     assert model_step_seconds(slow, n, tc, 10) == pytest.approx(base + tc)
     assert model_step_seconds(backup, n, tc, 10) == pytest.approx(base)
     assert model_step_seconds(too_many, n, tc, 10) == pytest.approx(base + tc)
-    # the emulation's CPU cost: 2 x 64 vectors through 1.2 GB/s of this host, / s = 10
+    # the emulating host's cores: 2 x 64 vectors through 1.2 GB/s of this host, / s = 10
     assert host_seconds(ScalePoint(64, 4), n, 1.2e9, 10) == pytest.approx(
         2 * 64 * wire / 1.2e9 / 10)
     assert host_seconds(ScalePoint(64, 4), n, 1.2e9, 10) == pytest.approx(0.0144, abs=1e-4)
+    # a limit beside the links', not an addition: 14 ms < the 4 links' 34.6 ms changes
+    # nothing; at P = 8 (17.3 ms) 0.2 GB/s of host (72 ms) is the limit
+    assert model_step_seconds(ScalePoint(64, 4), n, tc, 10, 1.2e9) == pytest.approx(base)
+    assert model_step_seconds(ScalePoint(64, 8), n, tc, 10, 0.2e9) == pytest.approx(
+        tc + 2 * 64 * wire / 0.2e9 / 10 + n / 8 * 10e-9 / 10)
 
 
 def test_the_emulated_cluster_needs_root(monkeypatch):
