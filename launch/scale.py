@@ -318,7 +318,7 @@ def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float 
         mpiexec_args = emulated.mpiexec_args()
         results["host_bytes_per_s"] = host = emulated.host_bytes_per_s()
         progress(f"bench --scale: MPI over unshaped links moves {host / 1e6:.0f} MB/s on this "
-                 f"host (the emulation's own CPU cost in the model)")
+                 f"host (in the model: a second limit on the transfers, / s)")
         for i, point in enumerate(grid):
             s = point_time_scale(point, time_scale)
             if link_rate(point.link_gbit, s) != emulated.rate:
