@@ -81,9 +81,9 @@ class ScalePoint:
 def scale_grid(quick: bool) -> list[ScalePoint]:
     """The points measured, grouped by link rate: over 10 Gb/s links W x P at FC 128, FC
     sizes and P at the largest W, and backup workers (R = W - W/16) with and without
-    stragglers; over 100 Gb/s links W at P = 1 and 4, FC 128 (a 64-worker launch takes
-    about a minute on 2 cores: the whole grid fits in 25 minutes). ``quick`` is a 16-worker
-    version with two 100 Gb/s points."""
+    stragglers; over 100 Gb/s links W at P = 1 and 4, FC 128 (a 64-worker point takes 2-4
+    minutes on 2 cores, most of it starting and ending 68 ranks, so the whole grid takes about
+    an hour there). ``quick`` is a 16-worker version with two 100 Gb/s points."""
     if quick:
         sizes, servers, top, fcs = (1, 4, 16), (1, 4), 16, (32, 512)
         fast = [ScalePoint(w, 4, link_gbit=100) for w in (4, 16)]
@@ -103,7 +103,7 @@ def scale_grid(quick: bool) -> list[ScalePoint]:
 
 def steps_for(point: ScalePoint, quick: bool) -> tuple[int, int]:
     """(steps, warm-up steps) of a point: fewer at 32 workers and more, whose launch alone
-    takes tens of seconds on a small machine."""
+    takes a minute or more on a small machine."""
     if quick:
         return 10, 3
     return (10, 3) if point.workers >= 32 else (12, 4)
