@@ -79,13 +79,15 @@ def make_parser() -> argparse.ArgumentParser:
                    "peak RSS per rank over time and run-directory growth")
     p.add_argument("--run-dir", default="runs/bench-long", help="run directory of --long")
     p.add_argument("--scale", action="store_true",
-                   help="instead: synthetic-compute runs over a grid of workers, parameter "
-                   "servers, FC sizes and backup workers -> bench/scale.json")
+                   help="instead: synthetic-compute runs on the emulated cluster (root) over a "
+                   "grid of workers, parameter servers, FC sizes, backup workers and link "
+                   "rates -> bench/scale.json")
     p.add_argument("--compute-ms", type=float, default=None,
                    help="--scale: a worker's compute time per step T_c (default: an assumed "
                    "12-core node)")
     p.add_argument("--time-scale", type=float, default=10.0,
-                   help="--scale: workers wait T_c x this per step (default 10)")
+                   help="--scale: s, workers wait T_c x s per step and 10 Gb/s links run "
+                   "at 10/s Gb/s (100 Gb/s links at 5 x s; default 10)")
 
     sub.add_parser("submit", help="submit to Slurm with submitit (see `dba3c submit --help`)")
 
@@ -242,7 +244,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     load_config(args.config, args.overrides)  # refuse bad input before minutes of work
     if args.scale:
-        from launch.scale import scale_command
+        from launch.scale import SCALE_JSON, scale_command
 
         if args.long is not None:
             raise UserError("--scale and --long are separate benchmarks: give one of them")
@@ -252,7 +254,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if args.time_scale < 1:
             raise UserError(f"--time-scale {args.time_scale:g} must be at least 1")
         table = scale_command(args.config, args.overrides, args.quick, args.compute_ms,
-                              args.time_scale, Path(args.out).with_name("scale.json"),
+                              args.time_scale, Path(args.out).with_name(SCALE_JSON),
                               Path(args.docs))
     elif args.long is None:
         table = bench_command(args.config, args.overrides, args.quick, Path(args.out),

@@ -11,7 +11,10 @@ Figures, by file stem:
   ``sync_vs_async`` (paper fig. 3) when runs of both ``dist.mode`` values are present;
 * from a sweep's ``sweep.csv``: ``time_to_target_vs_workers`` and ``throughput_vs_workers``
   (with the ideal linear scaling line), ``throughput_vs_hidden`` (paper fig. 6) and
-  ``throughput_vs_ps`` (paper fig. 7), each only when its grid column varies in the sweep.
+  ``throughput_vs_ps`` (paper fig. 7), each only when its grid column varies in the sweep;
+* from ``dba3c bench --scale``'s ``scale.json`` (emulated cluster):
+  ``scale_efficiency_vs_workers`` (with the ideal E = 1), ``scale_throughput_vs_ps`` and
+  ``scale_throughput_vs_hidden`` at the largest W, one series per link rate (and P).
 
 A figure whose table has no rows (e.g. no evaluation has finished yet) is left out.
 """
@@ -105,6 +108,19 @@ _SCALING = {
     "throughput_vs_ps": _Scaling(
         "dist.ps", "data_points_per_s", None,
         "parameter servers (dist.ps)", _THROUGHPUT, "Throughput vs parameter servers"),
+}
+
+# dba3c bench --scale figures: x and y are keys of scale.json's points
+_SCALE = {
+    "scale_efficiency_vs_workers": _Scaling(
+        "workers", "efficiency", lambda y0, x0, x: 1.0, "workers W",
+        "scaling efficiency E = T_c / T_step", "Scaling efficiency vs workers (emulated)"),
+    "scale_throughput_vs_ps": _Scaling(
+        "ps", "data_points_per_s", None, "parameter servers P", _THROUGHPUT,
+        "Throughput vs parameter servers (emulated)"),
+    "scale_throughput_vs_hidden": _Scaling(
+        "hidden", "data_points_per_s", None, "hidden units (FC)", _THROUGHPUT,
+        "Throughput vs model size (emulated)"),
 }
 
 # ---- reading ------------------------------------------------------------------------------
@@ -229,6 +245,47 @@ def scaling_tables(rows: list[dict]) -> dict[str, Table]:
     return tables
 
 
+def scale_tables(results: dict) -> dict[str, Table]:
+    """The tables behind the ``scale_*`` figures from ``dba3c bench --scale`` results.
+
+    Only measured points without backup workers or stragglers count. Efficiency vs W takes
+    the FC 128 points, one series per link rate and P, with ``ideal_linear`` E = 1;
+    throughput vs P the FC 128 points at the largest W and throughput vs FC those at the
+    largest W and P = 4, one series per link rate. Each row also gives the analytic model's
+    value (``model_*``) and the point's time scale. A figure is made only if its x takes
+    several values.
+    """
+    plain = [p for p in results["points"]
+             if "error" not in p and not p["replicas"] and not p["slow_workers"]]
+    top = max((p["workers"] for p in plain), default=0)
+    selections = {
+        "scale_efficiency_vs_workers": (
+            [p for p in plain if p["hidden"] == 128],
+            lambda p: f"{p['link_gbit']} Gb/s, P={p['ps']}"),
+        "scale_throughput_vs_ps": (
+            [p for p in plain if p["hidden"] == 128 and p["workers"] == top],
+            lambda p: f"W={top}, {p['link_gbit']} Gb/s, FC 128"),
+        "scale_throughput_vs_hidden": (
+            [p for p in plain if p["workers"] == top and p["ps"] == 4],
+            lambda p: f"W={top}, P=4, {p['link_gbit']} Gb/s"),
+    }
+    tables = {}
+    for name, (points, series) in selections.items():
+        spec = _SCALE[name]
+        if len({p[spec.x] for p in points}) < 2:
+            continue
+        table = []
+        for p in sorted(points, key=lambda p: (series(p), p[spec.x])):
+            model = p[spec.y] * p["step_ms"] / p["model_step_ms"]  # both go as 1 / T_step
+            entry = {"series": series(p), spec.x: p[spec.x], spec.y: p[spec.y],
+                     f"model_{spec.y}": model, "time_scale": p["time_scale"]}
+            if spec.ideal:
+                entry["ideal_linear"] = spec.ideal(p[spec.y], p[spec.x], p[spec.x])
+            table.append(entry)
+        tables[name] = table
+    return tables
+
+
 # ---- figures ------------------------------------------------------------------------------
 
 
@@ -309,10 +366,12 @@ def draw_figure(name: str, table: Table) -> Figure:
         return _draw_curves(table, _CURVES[name])
     if name in _SCALING:
         return _draw_scaling(table, _SCALING[name])
+    if name in _SCALE:
+        return _draw_scaling(table, _SCALE[name])
     if name == "sync_vs_async":
         return _draw_sync_vs_async(table)
     raise ValueError(f"unknown figure {name!r}; known: "
-                     f"{', '.join([*_CURVES, *_SCALING, 'sync_vs_async'])}")
+                     f"{', '.join([*_CURVES, *_SCALING, *_SCALE, 'sync_vs_async'])}")
 
 
 def learning_curves(runs: list[Run]) -> dict[str, Figure]:
@@ -372,11 +431,14 @@ def plot_command(paths: list, out_dir: str | Path) -> list[Path]:
     directories; returns the files written.
 
     A run directory has ``metrics.jsonl``; a sweep directory has ``sweep.csv``, and its
-    ``ok`` runs join the learning curves and the sync-vs-async figure. With several sweeps,
-    each sweep's figures are prefixed with its directory name. Raises ValueError naming a
-    path that is neither.
+    ``ok`` runs join the learning curves and the sync-vs-async figure; a ``.json`` file is
+    the results of ``dba3c bench --scale``. With several sweeps (or scale results), each
+    one's figures are prefixed with its directory (file) name. Raises ValueError naming a
+    path that is none of these.
     """
-    run_dirs, sweeps = [], []
+    from launch.scale import read_scale_results
+
+    run_dirs, sweeps, scales = [], [], []
     for path in map(Path, paths):
         if RunDir(path).is_run():
             run_dirs.append(path)
@@ -384,14 +446,19 @@ def plot_command(paths: list, out_dir: str | Path) -> list[Path]:
             rows = SweepDir(path).read_rows()
             sweeps.append((path, rows))
             run_dirs += [path / row["run_dir"] for row in rows if row["status"] == "ok"]
+        elif path.suffix == ".json" and path.is_file():
+            scales.append((path, read_scale_results(path)))
         else:
-            raise ValueError(f"{path}: expected a run directory (with {METRICS}) or a "
-                             f"sweep directory (with {SWEEP_CSV})")
+            raise ValueError(f"{path}: expected a run directory (with {METRICS}), a "
+                             f"sweep directory (with {SWEEP_CSV}) or the .json results of "
+                             f"dba3c bench --scale")
     runs = _load_runs(run_dirs)
     tables = [("", learning_curve_tables(runs)),
               ("", {"sync_vs_async": sync_vs_async_table(runs)})]
     tables += [(f"{path.name}_" if len(sweeps) > 1 else "", scaling_tables(rows))
                for path, rows in sweeps]
+    tables += [(f"{path.stem}_" if len(scales) > 1 else "", scale_tables(results))
+               for path, results in scales]
     return write_outputs({prefix + name: (draw_figure(name, table), table)
                           for prefix, named in tables for name, table in named.items() if table},
                          out_dir)

@@ -1,33 +1,42 @@
-"""``dba3c bench --scale``: the distributed layer at scale, with synthetic-compute ranks.
+"""``dba3c bench --scale``: the distributed layer at scale, on the emulated cluster.
 
 Every grid point is one ``dba3c launch`` of synthetic workers (no TensorFlow, see
-``dba3c/synthetic.py``) on this host: W workers, P parameter servers, the paper network at FC
-H, optionally backup workers (R of W gradients per step) and stragglers. Time is scaled by s:
-each worker computes for T_c x s per step, so the many ranks of a 64-worker point leave the
-machine unsaturated; the steady-state step time divided by s estimates the real one, and the
-scaling efficiency is E = T_c / T_step. The machine's CPU use in the steady window is reported
-so a saturated point can be told apart.
+``dba3c/synthetic.py``) on the emulated cluster of ``slurm/local-cluster.sh``: one rank per
+emulated node, so every worker and parameter server has its own shaped link. W workers, P
+parameter servers, the paper network at FC H, optionally backup workers (R of W gradients per
+step) and stragglers, over links of 10 or 100 Gb/s. Time is scaled by s: links run at
+rate / s and each worker computes for T_c x s per step, so the many ranks of a 64-worker point
+leave the machine unsaturated; the steady-state step time divided by s estimates the real
+one, and the scaling efficiency is E = T_c / T_step. The machine's CPU use in the steady
+window is reported so a saturated point can be told apart, and each point carries the
+analytic model's step time (:func:`model_step_seconds`) for comparison.
 
-On one host the ranks talk through shared memory, which is not slowed down by s: these
-numbers measure the protocol and the parameter servers, not a network. Run on the emulated
-cluster (links at rate / s) the same harness measures the network too.
+The cluster is started once with as many nodes as the largest point has ranks (a smaller
+point uses the first nodes), reshaped once per link rate, and stopped at the end.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import date
+from itertools import pairwise
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from dba3c.config import load_config
-from dba3c.rundir import RunDir
+from dba3c.roles import required_world_size
+from dba3c.rundir import RunDir, write_atomic
+from launch.emulated import EmulatedCluster, link_rate, require_emulation
 
 # T_c assumed for one 12-core node of the paper: docs/benchmarks.md measured 77 ms per step on
 # 2 cores and scales it by 2/12 at equal efficiency (~13 ms); an assumption, not a measurement
@@ -36,10 +45,25 @@ COMPUTE_MS_SOURCE = ("assumed: 77 ms per step measured on 2 cores (docs/benchmar
                      "x 2/12 for a 12-core node")
 
 
+# Each link rate runs at its own multiple of the time scale: 100 Gb/s at s = 10 would push
+# 10 Gbit/s through veth links on this machine's cores, so it runs 5x slower (2 Gbit/s)
+LINK_TIME_SCALE = {10: 1.0, 100: 5.0}
+# A TCP segment on a veth link (MTU 1500) carries at most 1448 payload bytes and costs
+# 14 (Ethernet) + 20 (IPv4) + 32 (TCP with timestamps) more on the wire
+WIRE_PER_PAYLOAD = (1448 + 14 + 20 + 32) / 1448
+ADAM_S_PER_PARAM = 10e-9  # docs/benchmarks.md: Adam on N/P floats takes N/P x 10 ns
+SCALE_JSON = "scale.json"  # dba3c bench --scale's results, beside bench/results.json
+# what every point of scale.json has, measured or failed (a measured one has step_ms etc.)
+SCALE_POINT_KEYS = frozenset({"workers", "ps", "hidden", "replicas", "slow_workers",
+                              "slow_factor", "link_gbit", "time_scale"})
+STALL_TIMEOUT_S = 60.0  # a point whose steps stop ends after this, not after the default 300 s
+
+
 @dataclass(frozen=True)
 class ScalePoint:
     """One run of the grid: W workers, P parameter servers, FC ``hidden``; ``replicas``
-    gradients per step (0 = all); the last ``slow_workers`` take ``slow_factor`` x T_c."""
+    gradients per step (0 = all); the last ``slow_workers`` take ``slow_factor`` x T_c;
+    links of ``link_gbit`` Gb/s."""
 
     workers: int
     ps: int
@@ -47,6 +71,7 @@ class ScalePoint:
     replicas: int = 0
     slow_workers: int = 0
     slow_factor: float = 2.0
+    link_gbit: int = 10
 
     def overrides(self) -> list[str]:
         """The config overrides of this point."""
@@ -56,15 +81,20 @@ class ScalePoint:
 
 
 def scale_grid(quick: bool) -> list[ScalePoint]:
-    """The points measured: W x P at FC 128, FC sizes and P at the largest W, and backup
-    workers (R = W - W/16) with and without stragglers. ``quick`` is a 16-worker version."""
+    """The points measured, grouped by link rate: over 10 Gb/s links W x P at FC 128, FC
+    sizes and P at the largest W, and backup workers (R = W - W/16) with and without
+    stragglers; over 100 Gb/s links W at P = 1 and 4, FC 128 (a 64-worker point takes 2-4
+    minutes on 2 cores, most of it starting and ending 68 ranks, so the whole grid takes about
+    an hour there). ``quick`` is a 16-worker version with two 100 Gb/s points."""
     sizes: tuple[int, ...]
     servers: tuple[int, ...]
     fcs: tuple[int, ...]
     if quick:
         sizes, servers, top, fcs = (1, 4, 16), (1, 4), 16, (32, 512)
+        fast = [ScalePoint(w, 4, link_gbit=100) for w in (4, 16)]
     else:
         sizes, servers, top, fcs = (1, 2, 4, 8, 16, 32, 64), (1, 2, 4, 8), 64, (32, 256, 512)
+        fast = [ScalePoint(w, p, link_gbit=100) for w in sizes for p in (1, 4)]
     points = [ScalePoint(w, p) for w in sizes for p in servers]
     points += [ScalePoint(top, 4, hidden=h) for h in fcs]
     if not quick:
@@ -73,17 +103,63 @@ def scale_grid(quick: bool) -> list[ScalePoint]:
     points += [ScalePoint(top, 4, replicas=backups),
                ScalePoint(top, 4, replicas=backups, slow_workers=top // 16),
                ScalePoint(top, 4, slow_workers=top // 16)]
-    return list(dict.fromkeys(points))
+    return list(dict.fromkeys(points + fast))
+
+
+def steps_for(point: ScalePoint, quick: bool) -> tuple[int, int]:
+    """(steps, warm-up steps) of a point: fewer at 32 workers and more, whose launch alone
+    takes a minute or more on a small machine."""
+    if quick:
+        return 10, 3
+    return (10, 3) if point.workers >= 32 else (12, 4)
+
+
+def point_time_scale(point: ScalePoint, time_scale: float) -> float:
+    """The time scale s of a point: ``time_scale`` x its link rate's factor
+    (``LINK_TIME_SCALE``)."""
+    return time_scale * LINK_TIME_SCALE[point.link_gbit]
+
+
+def model_step_seconds(point: ScalePoint, num_params: int, compute_s: float,
+                       time_scale: float, host_bytes_per_s: float | None = None) -> float:
+    """The analytic step time of docs/benchmarks.md for a point (seconds, unscaled): the
+    compute time (x ``slow_factor`` when a straggler is among the gradients a step waits
+    for), then each PS link carries W gradient shards in and W parameter shards out one
+    after the other (M/P bytes each, TCP/IP headers included; never less than one whole
+    vector through a worker's link), plus Adam on N/P floats, which runs in real time and so
+    shrinks by the time scale in an emulated measurement. With ``host_bytes_per_s`` the
+    transfers take at least :func:`host_seconds` (the emulating host's cores as the limit)."""
+    waited = point.replicas or point.workers
+    slowest = point.slow_factor if point.slow_workers > point.workers - waited else 1.0
+    vector = 4 * num_params * WIRE_PER_PAYLOAD
+    link = point.link_gbit * 1e9 / 8
+    comm = 2 * max(point.workers * vector / point.ps, vector) / link
+    if host_bytes_per_s:
+        comm = max(comm, host_seconds(point, num_params, host_bytes_per_s, time_scale))
+    return compute_s * slowest + comm + ADAM_S_PER_PARAM * num_params / point.ps / time_scale
+
+
+def host_seconds(point: ScalePoint, num_params: int, host_bytes_per_s: float,
+                 time_scale: float) -> float:
+    """How long the emulating host needs for a step's transfers (seconds, unscaled): every
+    gradient and parameter vector of a step (2 W of them, TCP/IP headers included) goes
+    through its TCP stack and MPI on its few cores at ``host_bytes_per_s``, in real time, so
+    divided by the time scale. A real cluster spreads that work over its nodes."""
+    return 2 * point.workers * 4 * num_params * WIRE_PER_PAYLOAD / host_bytes_per_s / time_scale
 
 
 def steady_step_seconds(metrics: list[dict], warmup: int) -> float:
-    """Seconds per global step after the first ``warmup`` steps: the slope of the chief's
-    ``time_s`` over ``step`` between the first and last record past the warm-up."""
+    """Seconds per global step after the first ``warmup`` steps: the median of the chief's
+    ``time_s`` intervals per step past the warm-up. The chief logs a step when it has
+    handled its messages, so on a busy machine two steps can be logged together (intervals
+    like 0.66, 1.32, 0.01 s for a steady 0.66 s): the median ignores such a pair, where a
+    slope between the window's ends would not."""
     tail = [m for m in metrics if m["step"] > warmup]
     if len(tail) < 2:
         raise ValueError(f"{len(tail)} metrics records after a warm-up of {warmup} steps: "
                          f"need at least 2")
-    return (tail[-1]["time_s"] - tail[0]["time_s"]) / (tail[-1]["step"] - tail[0]["step"])
+    return median((b["time_s"] - a["time_s"]) / (b["step"] - a["step"])
+                  for a, b in pairwise(tail))
 
 
 def cpu_times(stat_line: str) -> tuple[int, int]:
@@ -100,6 +176,21 @@ def busy_fraction(samples: list[tuple[int, int, int]], warmup: int) -> float | N
     if len(steady) < 2 or steady[-1][1] == steady[0][1]:
         return None
     return (steady[-1][0] - steady[0][0]) / (steady[-1][1] - steady[0][1])
+
+
+def read_scale_results(path: Path) -> dict:
+    """The results ``dba3c bench --scale`` wrote to ``path`` (JSON with measured points);
+    ValueError naming the file unless it holds them."""
+    try:
+        results = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not readable as dba3c bench --scale results: {e}") from None
+    if not isinstance(results, dict) or not isinstance(results.get("points"), list) or any(
+            not isinstance(p, dict) or not SCALE_POINT_KEYS <= p.keys() for p in
+            results["points"]):
+        raise ValueError(f"{path}: not dba3c bench --scale results (expected an object whose "
+                         f"'points' each have {', '.join(sorted(SCALE_POINT_KEYS))})")
+    return results
 
 
 class CpuSampler(threading.Thread):
@@ -128,23 +219,33 @@ class CpuSampler(threading.Thread):
 
 
 def run_point(config: str, overrides: list[str], point: ScalePoint, *, compute_ms: float,
-              time_scale: float, steps: int, warmup: int) -> dict:
-    """One ``dba3c launch`` of synthetic ranks; its steady step time, efficiency,
-    throughput and the machine's CPU use."""
+              time_scale: float, steps: int, warmup: int,
+              mpiexec_args: list[str] | None = None,
+              host_bytes_per_s: float | None = None) -> dict:
+    """One ``dba3c launch`` of synthetic ranks (with ``mpiexec_args``: on the emulated
+    cluster); its steady step time, efficiency, throughput, the machine's CPU use and the
+    analytic model's step time (with ``host_bytes_per_s`` also the model plus the
+    emulating host's cores as a limit, :func:`host_seconds`)."""
+    from dba3c.envs import env_spaces
+    from dba3c.models import make_net_spec
     from launch.bench import RssSampler
 
     cfg = load_config(config, [*overrides, *point.overrides()])
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if mpiexec_args:
+        env["DBA3C_MPIEXEC_ARGS"] = shlex.join(mpiexec_args)
     with tempfile.TemporaryDirectory(prefix="dba3c-scale-") as run_dir:
         cmd = [sys.executable, "-m", "dba3c", "launch", config, "--workers", str(point.workers),
                "--ps", str(point.ps), *overrides, *point.overrides(), "synthetic.enabled=true",
                f"synthetic.compute_ms={compute_ms * time_scale:g}", "eval.every=0",
                "eval.rank=false", f"train.max_steps={steps}", "train.max_seconds=0",
                "run.progress=none", "run.log_every=1", "run.checkpoint_every=0",
+               f"dist.stall_timeout={STALL_TIMEOUT_S:g}",
                f"run.dir={run_dir}"]
         sampler = CpuSampler(RunDir(run_dir).metrics_path)
         sampler.start()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                                text=True, env=env)
         rss = RssSampler(proc.pid, interval=0.5)
         rss.start()
         _, err = proc.communicate()
@@ -154,7 +255,13 @@ def run_point(config: str, overrides: list[str], point: ScalePoint, *, compute_m
         metrics = RunDir(run_dir).read_metrics()
     step_s = steady_step_seconds(metrics, warmup) / time_scale
     replicas = point.replicas or point.workers
-    return {**asdict(point), "step_ms": 1000 * step_s,
+    num_params = make_net_spec(cfg.model, *env_spaces(cfg)).layout().num_params
+    model_s = model_step_seconds(point, num_params, compute_ms / 1000, time_scale)
+    emulated_s = model_step_seconds(point, num_params, compute_ms / 1000, time_scale,
+                                    host_bytes_per_s)
+    return {**asdict(point), "time_scale": time_scale, "steps": steps, "warmup_steps": warmup,
+            "step_ms": 1000 * step_s, "model_step_ms": 1000 * model_s,
+            "emulated_model_step_ms": 1000 * emulated_s,
             "efficiency": compute_ms / 1000 / step_s,
             "data_points_per_s": replicas * cfg.train.batch_size / step_s,
             "cpu_busy": busy_fraction(samples, warmup),
@@ -173,63 +280,127 @@ def peak_by_role(peak_mb: dict[str, float], num_ps: int) -> dict[str, float]:
     return roles
 
 
+def num_nodes(config: str, overrides: list[str], grid: list[ScalePoint]) -> int:
+    """Emulated nodes the grid needs: one per rank of its largest point."""
+    return max(required_world_size(load_config(config, [*overrides, *p.overrides(),
+                                                        "eval.rank=false",
+                                                        f"dist.ps={p.ps}"]), p.workers)
+               for p in grid)
+
+
+def point_label(point: ScalePoint) -> str:
+    """W, P, FC, backups, stragglers and link of a point, for progress lines."""
+    extra = (f" R={point.replicas}" if point.replicas else "") + (
+        f" {point.slow_workers} slow x{point.slow_factor:g}" if point.slow_workers else "")
+    return (f"W={point.workers} P={point.ps} FC={point.hidden}{extra} "
+            f"link {point.link_gbit} Gb/s")
+
+
 def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
               time_scale: float,
               progress: Callable[[str], None] = lambda text: print(text, file=sys.stderr,
-                                                                   flush=True)) -> dict:
-    """Every point of the grid; the results as one JSON-able dict."""
+                                                                   flush=True),
+              partial: Callable[[dict], None] = lambda results: None) -> dict:
+    """Every point of the grid on the emulated cluster (started with as many nodes as the
+    largest point has ranks, reshaped per link rate, stopped at the end); the results as
+    one JSON-able dict, also handed to ``partial`` after each point. A point that fails is
+    recorded with its error and the grid goes on."""
     from launch.bench import machine_description
 
-    steps, warmup = (15, 5) if quick else (40, 10)
+    require_emulation()  # before anything is printed or started
     grid = scale_grid(quick)
+    source = "--compute-ms" if compute_ms else COMPUTE_MS_SOURCE
+    compute_ms = compute_ms or DEFAULT_COMPUTE_MS
     results: dict[str, Any]  # JSON
     results = {"config": config, "overrides": list(overrides), "quick": quick,
                "date": date.today().isoformat(), "machine": machine_description(),
-               "compute_ms": compute_ms or DEFAULT_COMPUTE_MS,
-               "compute_ms_source": "--compute-ms" if compute_ms else COMPUTE_MS_SOURCE,
-               "time_scale": time_scale, "steps": steps, "warmup_steps": warmup,
-               "links": "shared memory on one host (not time-scaled)", "points": []}
-    for i, point in enumerate(grid):
-        progress(f"bench --scale {i + 1}/{len(grid)}: {point}")
-        results["points"].append(run_point(config, overrides, point,
-                                           compute_ms=results["compute_ms"],
-                                           time_scale=time_scale, steps=steps,
-                                           warmup=warmup))
+               "compute_ms": compute_ms, "compute_ms_source": source, "time_scale": time_scale,
+               "links": "emulated cluster: one rank per network namespace, htb-shaped veth "
+                        "links at rate / s both ways, MPI over TCP",
+               "points": []}
+    nodes, t0 = num_nodes(config, overrides, grid), time.monotonic()
+    first_rate = link_rate(grid[0].link_gbit, point_time_scale(grid[0], time_scale))
+    progress(f"bench --scale: starting the emulated cluster ({nodes} nodes, links "
+             f"{first_rate}); T_c = {compute_ms:.1f} ms ({results['compute_ms_source']})")
+    with EmulatedCluster(nodes, first_rate) as emulated:
+        mpiexec_args = emulated.mpiexec_args()
+        results["host_bytes_per_s"] = host = emulated.host_bytes_per_s()
+        progress(f"bench --scale: MPI over unshaped links moves {host / 1e6:.0f} MB/s on this "
+                 f"host (in the model: a second limit on the transfers, / s)")
+        for i, point in enumerate(grid):
+            s = point_time_scale(point, time_scale)
+            if link_rate(point.link_gbit, s) != emulated.rate:
+                emulated.reshape(link_rate(point.link_gbit, s))
+            steps, warmup = steps_for(point, quick)
+            try:
+                r = run_point(config, overrides, point, compute_ms=compute_ms, time_scale=s,
+                              steps=steps, warmup=warmup, mpiexec_args=mpiexec_args,
+                              host_bytes_per_s=host)
+                cpu = "?" if r["cpu_busy"] is None else f"{100 * r['cpu_busy']:.0f}%"
+                done = (f"step {r['step_ms']:.1f} ms (model {r['model_step_ms']:.1f}, with "
+                        f"the host {r['emulated_model_step_ms']:.1f}), E "
+                        f"{r['efficiency']:.2f}, CPU {cpu}")
+            except RuntimeError as e:
+                r = {**asdict(point), "time_scale": s, "error": str(e)[-1000:]}
+                done = f"FAILED: {str(e)[-300:]}"
+            results["points"].append(r)
+            partial(results)
+            progress(f"bench --scale {i + 1}/{len(grid)} [{time.monotonic() - t0:.0f} s] "
+                     f"{point_label(point)}, s={s:g} ({emulated.rate}): {done}")
     return results
 
 
 def scale_table(r: dict, command: str) -> str:
-    """The results as a dated markdown section for docs/benchmarks.md."""
+    """The results as a dated markdown section for docs/benchmarks.md (emulated results,
+    labelled so, with the model's step time beside each measured one)."""
     rows = []
     for p in r["points"]:
         backup = f"{p['replicas']}/{p['workers']}" if p["replicas"] else "all"
         slow = (f"{p['slow_workers']} x{p['slow_factor']:g}" if p["slow_workers"] else "none")
+        head = (f"| {p['link_gbit']} | {p['time_scale']:g} | {p['workers']} | {p['ps']} | "
+                f"{p['hidden']} | {backup} | {slow} |")
+        if "error" in p:
+            rows.append(f"{head} failed | | | | | | | |")
+            continue
         cpu = "?" if p["cpu_busy"] is None else f"{100 * p['cpu_busy']:.0f}%"
         rss = max(p["peak_rss_mb"].values(), default=0.0)
-        rows.append(f"| {p['workers']} | {p['ps']} | {p['hidden']} | {backup} | {slow} | "
-                    f"{p['step_ms']:.1f} | {p['efficiency']:.2f} | "
+        models = " | ".join(f"{p[key]:.1f} ({p[key] / p['step_ms'] - 1:+.0%})"
+                            for key in ("model_step_ms", "emulated_model_step_ms"))
+        rows.append(f"{head} {p['step_ms']:.1f} | {models} | {p['efficiency']:.2f} | "
                     f"{p['data_points_per_s']:.0f} | {cpu} | {rss:.0f} |")
     return "\n".join([
-        f"## `dba3c bench --scale{' --quick' if r['quick'] else ''}` on {r['date']}", "",
+        (f"## `dba3c bench --scale{' --quick' if r['quick'] else ''}` on {r['date']} "
+         f"(emulated cluster)"), "",
         f"Command: `{command}`  ", (f"Machine: {r['machine']}; config `{r['config']}` "
                                     f"{' '.join(r['overrides'])}"), "",
-        (f"Synthetic-compute ranks, T_c = {r['compute_ms']:.1f} ms ({r['compute_ms_source']}), "
-         f"time scale s = {r['time_scale']:g} (each worker waits T_c x s per step); step time "
-         f"= steady step time / s over steps {r['warmup_steps'] + 1}-{r['steps']}; E = T_c / "
-         f"T_step. Links: {r['links']}, so this measures the protocol and the parameter "
-         f"servers, not a network. CPU: the machine's use in the steady window."), "",
-        ("| W | P | FC | gradients per step | stragglers | step, ms | E | data points/s | CPU "
-         "| peak RSS of a rank, MB |"), "|---|---|---|---|---|---|---|---|---|---|", *rows,
-        ""]) + "\n"
+        (f"EMULATED: synthetic-compute ranks, T_c = {r['compute_ms']:.1f} ms "
+         f"({r['compute_ms_source']}); {r['links']}. Time scale s per row: links at rate / s, "
+         f"each worker waits T_c x s per step; step time = steady step time / s (steps after "
+         f"the warm-up); E = T_c / T_step; model: docs/benchmarks.md's analytic step time "
+         f"of a real cluster, and the same with the emulating host's cores as a second "
+         f"limit on the transfers (every vector through this host's TCP stack at "
+         f"{r['host_bytes_per_s'] / 1e6:.0f} MB/s, the unshaped MPI ping-pong rate, / s); "
+         f"their difference from the measurement in brackets. CPU: the whole machine's use "
+         f"in the steady window."), "",
+        ("| link, Gb/s | s | W | P | FC | gradients per step | stragglers | step, ms | model, "
+         "ms | model, host-limited, ms | E | data points/s | CPU | peak RSS of a rank, MB |"),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", *rows, ""]) + "\n"
 
 
 def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
                   time_scale: float, out_json: Path, docs: Path) -> str:
     """Run the grid, write ``out_json`` and append the markdown section to ``docs``; return
-    the section."""
+    the section. While it runs, the points so far are in ``NAME.partial.json`` beside
+    ``out_json``."""
     from launch.bench import _command_line, _record
 
-    results = run_scale(config, overrides, quick, compute_ms, time_scale)
+    def partial(results: dict) -> None:  # a grid cut short keeps the points it measured
+        out_json.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(out_json.with_suffix(".partial.json"),
+                     (json.dumps(results, indent=1) + "\n").encode())
+
+    results = run_scale(config, overrides, quick, compute_ms, time_scale, partial=partial)
+    out_json.with_suffix(".partial.json").unlink(missing_ok=True)
     options = (" --scale" + (" --quick" if quick else "")
                + (f" --compute-ms {compute_ms:g}" if compute_ms else "")
                + f" --time-scale {time_scale:g}")

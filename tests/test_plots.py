@@ -260,3 +260,59 @@ def test_plot_command_rejects_other_paths(tmp_path):
 def test_draw_figure_rejects_unknown_name():
     with pytest.raises(ValueError, match="unknown figure 'nope'"):
         plots.draw_figure("nope", [])
+
+
+def scale_point(workers, ps, *, link=10, hidden=128, replicas=0, slow=0, step_ms=20.0):
+    """A measured point of dba3c bench --scale (T_c 10 ms, batch 32, model 10% faster)."""
+    return {"workers": workers, "ps": ps, "hidden": hidden, "replicas": replicas,
+            "slow_workers": slow, "slow_factor": 2.0, "link_gbit": link,
+            "time_scale": 10 if link == 10 else 50, "step_ms": step_ms,
+            "model_step_ms": step_ms * 0.9, "efficiency": 10.0 / step_ms,
+            "data_points_per_s": (replicas or workers) * 32 / (step_ms / 1000)}
+
+
+def test_scale_results_give_efficiency_throughput_vs_ps_and_vs_fc(tmp_path):
+    points = [scale_point(1, 1, step_ms=12.5), scale_point(4, 1, step_ms=20.0),
+              scale_point(4, 1, link=100, step_ms=10.5), scale_point(1, 1, link=100),
+              scale_point(4, 4, step_ms=16.0), scale_point(4, 4, hidden=512, step_ms=40.0),
+              scale_point(4, 4, replicas=3, slow=1, step_ms=11.0),  # in no figure
+              {**scale_point(4, 2), "error": "rank 3 died"}]  # failed: in no figure
+    points[-1].pop("step_ms")
+    results = {"points": points}
+    tables = plots.scale_tables(results)
+    assert list(tables) == ["scale_efficiency_vs_workers", "scale_throughput_vs_ps",
+                            "scale_throughput_vs_hidden"]
+    efficiency = [(r["series"], r["workers"], r["efficiency"], r["ideal_linear"])
+                  for r in tables["scale_efficiency_vs_workers"]]
+    assert efficiency == [("10 Gb/s, P=1", 1, 0.8, 1.0), ("10 Gb/s, P=1", 4, 0.5, 1.0),
+                          ("10 Gb/s, P=4", 4, 0.625, 1.0), ("100 Gb/s, P=1", 1, 0.5, 1.0),
+                          ("100 Gb/s, P=1", 4, 10 / 10.5, 1.0)]
+    # the model's step is 10% shorter: its efficiency 1/0.9 times the measured one
+    assert tables["scale_efficiency_vs_workers"][0]["model_efficiency"] == pytest.approx(
+        0.8 / 0.9)
+    by_ps = [(r["series"], r["ps"], r["data_points_per_s"])
+             for r in tables["scale_throughput_vs_ps"]]
+    assert by_ps == [("W=4, 10 Gb/s, FC 128", 1, 6400.0), ("W=4, 10 Gb/s, FC 128", 4, 8000.0),
+                     ("W=4, 100 Gb/s, FC 128", 1, pytest.approx(4 * 32 / 0.0105))]
+    by_fc = [(r["series"], r["hidden"], r["data_points_per_s"])
+             for r in tables["scale_throughput_vs_hidden"]]
+    assert by_fc == [("W=4, P=4, 10 Gb/s", 128, 8000.0), ("W=4, P=4, 10 Gb/s", 512, 3200.0)]
+
+    path = tmp_path / "scale.json"
+    path.write_text(json.dumps(results))
+    written = plots.plot_command([path], tmp_path / "figures")
+    assert {p.name for p in written} == {f"{name}.{ext}" for name in tables
+                                         for ext in ("png", "csv")}
+    with open(tmp_path / "figures" / "scale_throughput_vs_ps.csv", newline="") as file:
+        assert [row["data_points_per_s"] for row in csv.DictReader(file)][:2] == ["6400.0",
+                                                                                   "8000.0"]
+
+
+def test_a_json_file_that_is_not_scale_results_is_refused(tmp_path):
+    for text, why in (("[1, 2]", "not dba3c bench --scale results"),
+                      ('{"points": [{"workers": 1}]}', "'points' each have hidden, link_gbit"),
+                      ("{", "not readable as dba3c bench --scale results")):
+        path = tmp_path / "bad.json"
+        path.write_text(text)
+        with pytest.raises(ValueError, match=f"^{path}: .*{why}"):
+            plots.plot_command([path], tmp_path / "out")

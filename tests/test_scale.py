@@ -8,23 +8,29 @@ from dataclasses import asdict
 
 import pytest
 
+from launch.emulated import emulation_problem, link_rate
 from launch.scale import (
     ScalePoint,
     busy_fraction,
     cpu_times,
+    host_seconds,
+    model_step_seconds,
     peak_by_role,
+    point_time_scale,
     run_point,
     scale_grid,
     scale_table,
     steady_step_seconds,
+    steps_for,
 )
 
 from conftest import dba3c
 
 
 def test_grids_cover_the_issue_points_once():
-    full = scale_grid(quick=False)
-    assert len(full) == len(set(full))
+    grid = scale_grid(quick=False)
+    assert len(grid) == len(set(grid))
+    full = [p for p in grid if p.link_gbit == 10]
     assert {(p.workers, p.ps) for p in full if p.hidden == 128 and not p.replicas
             and not p.slow_workers} >= {(w, p) for w in (1, 2, 4, 8, 16, 32, 64)
                                         for p in (1, 2, 4, 8)}
@@ -32,14 +38,94 @@ def test_grids_cover_the_issue_points_once():
     assert {p.ps for p in full if p.workers == 64 and p.hidden == 128} == set(range(1, 9))
     backups = [(p.replicas, p.slow_workers) for p in full if p.replicas]
     assert backups == [(60, 0), (60, 4)]
+    fast = [p for p in grid if p.link_gbit == 100]
+    assert {(p.workers, p.ps, p.hidden) for p in fast} == {
+        (w, p, 128) for w in (1, 2, 4, 8, 16, 32, 64) for p in (1, 4)}
+    assert grid == full + fast  # grouped by link rate: one reshape of the links
     quick = scale_grid(quick=True)
-    assert max(p.workers for p in quick) == 16 and len(quick) == 11
+    assert max(p.workers for p in quick) == 16 and len(quick) == 13
+    assert [(p.workers, p.link_gbit) for p in quick[-2:]] == [(4, 100), (16, 100)]
 
 
-def test_steady_step_time_is_the_slope_after_the_warmup():
+def test_fewer_steps_at_large_w_and_a_slower_clock_for_fast_links():
+    assert steps_for(ScalePoint(16, 4), quick=False) == (12, 4)
+    assert steps_for(ScalePoint(32, 4), quick=False) == (10, 3)
+    assert steps_for(ScalePoint(64, 4), quick=True) == (10, 3)
+    assert point_time_scale(ScalePoint(4, 4), 10) == 10
+    assert point_time_scale(ScalePoint(4, 4, link_gbit=100), 10) == 50
+    # 10 Gb/s / 10 and 100 Gb/s / 50, in the tc units local-cluster.sh takes
+    assert link_rate(10, 10) == "1000mbit" and link_rate(100, 50) == "2000mbit"
+    assert link_rate(10, 3) == "3333mbit"
+    with pytest.raises(ValueError, match="below 1 Mbit/s"):
+        link_rate(0.001, 10)
+
+
+def test_model_step_time_adds_both_ways_of_the_ps_link_to_the_slowest_waited_compute():
+    n, tc = 322_695, 0.0128  # the paper network at FC 128
+    wire = 4 * n * 1514 / 1448  # one vector with TCP/IP headers
+    # W = 64, P = 4 over 10 Gb/s: 2 x 64 x M/4 through 1.25e9 B/s, Adam on n/4 floats / s
+    expected = tc + 2 * 64 * wire / 4 / 1.25e9 + n / 4 * 10e-9 / 10
+    assert model_step_seconds(ScalePoint(64, 4), n, tc, 10) == pytest.approx(expected)
+    # ms: 12.8 + 34.6
+    assert model_step_seconds(ScalePoint(64, 4), n, tc, 10) == pytest.approx(0.0474, abs=1e-4)
+    # one worker, 8 servers: its own link carries the whole vector each way
+    assert model_step_seconds(ScalePoint(1, 8, link_gbit=100), n, tc, 50) == pytest.approx(
+        tc + 2 * wire / 12.5e9 + n / 8 * 10e-9 / 50)
+    # a straggler is waited for unless backup workers leave it out
+    slow = ScalePoint(64, 4, slow_workers=4, slow_factor=2.0)
+    backup = ScalePoint(64, 4, replicas=60, slow_workers=4, slow_factor=2.0)
+    too_many = ScalePoint(64, 4, replicas=60, slow_workers=5, slow_factor=2.0)
+    base = model_step_seconds(ScalePoint(64, 4), n, tc, 10)
+    assert model_step_seconds(slow, n, tc, 10) == pytest.approx(base + tc)
+    assert model_step_seconds(backup, n, tc, 10) == pytest.approx(base)
+    assert model_step_seconds(too_many, n, tc, 10) == pytest.approx(base + tc)
+    # the emulating host's cores: 2 x 64 vectors through 1.2 GB/s of this host, / s = 10
+    assert host_seconds(ScalePoint(64, 4), n, 1.2e9, 10) == pytest.approx(
+        2 * 64 * wire / 1.2e9 / 10)
+    assert host_seconds(ScalePoint(64, 4), n, 1.2e9, 10) == pytest.approx(0.0144, abs=1e-4)
+    # a limit beside the links', not an addition: 14 ms < the 4 links' 34.6 ms changes
+    # nothing; at P = 8 (17.3 ms) 0.2 GB/s of host (72 ms) is the limit
+    assert model_step_seconds(ScalePoint(64, 4), n, tc, 10, 1.2e9) == pytest.approx(base)
+    assert model_step_seconds(ScalePoint(64, 8), n, tc, 10, 0.2e9) == pytest.approx(
+        tc + 2 * 64 * wire / 0.2e9 / 10 + n / 8 * 10e-9 / 10)
+
+
+def test_the_emulated_cluster_needs_root(monkeypatch):
+    from launch import emulated
+
+    assert emulation_problem() is None  # the tests run as root where namespaces work
+    monkeypatch.setattr(emulated.os, "geteuid", lambda: 1000)
+    assert emulation_problem() == "uid 1000 is not root (network namespaces need root)"
+
+
+def test_bench_scale_refuses_without_root_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    from dba3c.cli import main
+    from launch import emulated
+
+    monkeypatch.setattr(emulated.os, "geteuid", lambda: 1000)
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n")
+    rc = main(["bench", "--scale", "--quick", "--out", str(tmp_path / "bench" / "results.json"),
+               "--docs", str(docs)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err == ("error: the emulated cluster cannot start here: uid 1000 is not "
+                               "root (network namespaces need root)\n"), err
+    assert docs.read_text() == "# Benchmarks\n" and not (tmp_path / "bench").exists()
+
+
+def test_steady_step_time_is_the_median_interval_after_the_warmup():
     metrics = [{"step": s, "time_s": t} for s, t in
                [(1, 5.0), (2, 5.5), (3, 5.6), (4, 5.8), (5, 6.0), (6, 6.2)]]
     assert steady_step_seconds(metrics, warmup=2) == pytest.approx(0.2)
+    # two steps logged together (intervals 0.4 and 0.01): the steady 0.2 s still comes out,
+    # where the slope between the window's ends would give (6.61 - 5.6) / 4 = 0.2525
+    bunched = [*metrics[:3], {"step": 4, "time_s": 5.8}, {"step": 5, "time_s": 6.2},
+               {"step": 6, "time_s": 6.21}, {"step": 7, "time_s": 6.41},
+               {"step": 8, "time_s": 6.61}]
+    assert steady_step_seconds(bunched, warmup=2) == pytest.approx(0.2)
+    # a gap in the records counts per step
+    assert steady_step_seconds([{"step": 3, "time_s": 1.0}, {"step": 6, "time_s": 1.9}],
+                               warmup=2) == pytest.approx(0.3)
     with pytest.raises(ValueError, match="need at least 2"):
         steady_step_seconds(metrics, warmup=5)
 
@@ -59,15 +145,21 @@ def test_peak_rss_is_grouped_by_role():
 
 def test_table_lists_every_point_with_its_settings():
     point = {"workers": 16, "ps": 4, "hidden": 128, "replicas": 15, "slow_workers": 1,
-             "slow_factor": 2.0, "step_ms": 20.5, "efficiency": 0.65,
+             "slow_factor": 2.0, "link_gbit": 10, "time_scale": 10, "step_ms": 20.5,
+             "model_step_ms": 18.45, "emulated_model_step_ms": 22.55, "efficiency": 0.65,
              "data_points_per_s": 23414.6, "cpu_busy": 0.4,
              "peak_rss_mb": {"chief": 110.2, "ps": 95.0, "worker": 90.0}}
+    failed = {"workers": 64, "ps": 8, "hidden": 128, "replicas": 0, "slow_workers": 0,
+              "slow_factor": 2.0, "link_gbit": 100, "time_scale": 50, "error": "rank 3 died"}
     r = {"quick": True, "date": "2026-11-23", "machine": "test CPU", "config": "c.yaml",
          "overrides": [], "compute_ms": 12.8, "compute_ms_source": "assumed", "time_scale": 10,
-         "warmup_steps": 5, "steps": 15, "links": "shared memory", "points": [point]}
+         "links": "emulated links", "host_bytes_per_s": 1.2e9, "points": [point, failed]}
     table = scale_table(r, "dba3c bench --scale --quick")
-    assert "| 16 | 4 | 128 | 15/16 | 1 x2 | 20.5 | 0.65 | 23415 | 40% | 110 |" in table
-    assert "T_c = 12.8 ms (assumed)" in table
+    assert ("| 10 | 10 | 16 | 4 | 128 | 15/16 | 1 x2 | 20.5 | 18.4 (-10%) | 22.6 (+10%) | "
+            "0.65 | 23415 | 40% | 110 |") in table
+    assert "this host's TCP stack at 1200 MB/s" in table
+    assert "| 100 | 50 | 64 | 8 | 128 | all | none | failed |" in table
+    assert "EMULATED: synthetic-compute ranks, T_c = 12.8 ms (assumed); emulated links" in table
 
 
 @pytest.mark.parametrize("point, floor", [(ScalePoint(2, 1), 1.0),
@@ -97,13 +189,49 @@ def test_bad_scale_options_are_refused():
 def test_scale_command_writes_every_point_to_json_and_appends_the_table(tmp_path, monkeypatch):
     from launch import scale
 
-    def measured(config, overrides, point, *, compute_ms, time_scale, steps, warmup):
-        # what a run would return: here a step of T_c + 1 ms per worker
+    calls = []
+
+    class Cluster:  # records what the bench asks of the emulated cluster
+        def __init__(self, nodes, rate):
+            calls.append(("start", nodes, rate))
+            self.rate = rate
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            calls.append(("stop",))
+
+        def reshape(self, rate):
+            calls.append(("reshape", rate))
+            self.rate = rate
+
+        def mpiexec_args(self):
+            return ["-hosts", "node1"]
+
+        def host_bytes_per_s(self):
+            return 1.5e9
+
+    def measured(config, overrides, point, *, compute_ms, time_scale, steps, warmup,
+                 mpiexec_args, host_bytes_per_s):
+        # what a run would return: here a step of T_c + 1 ms per worker; W = 16 at 100 Gb/s
+        # fails
+        calls.append(("run", point.workers, point.link_gbit, time_scale, mpiexec_args,
+                      host_bytes_per_s))
+        if (tmp_path / "scale.partial.json").exists():  # the points so far, while it runs
+            calls.append(("partial", len(json.loads(
+                (tmp_path / "scale.partial.json").read_text())["points"])))
+        if (point.workers, point.link_gbit) == (16, 100):
+            raise RuntimeError("rank 7 exited 1")
         step_ms = compute_ms + point.workers
-        return {**asdict(point), "step_ms": step_ms, "efficiency": compute_ms / step_ms,
+        return {**asdict(point), "time_scale": time_scale, "step_ms": step_ms,
+                "model_step_ms": step_ms, "emulated_model_step_ms": step_ms,
+                "efficiency": compute_ms / step_ms,
                 "data_points_per_s": 1000.0, "cpu_busy": 0.5, "peak_rss_mb": {"chief": 100.0}}
 
     monkeypatch.setattr(scale, "run_point", measured)
+    monkeypatch.setattr(scale, "EmulatedCluster", Cluster)
+    monkeypatch.setattr(scale, "require_emulation", lambda: None)
     docs = tmp_path / "benchmarks.md"
     docs.write_text("# Benchmarks\n")
     table = scale.scale_command("configs/breakout.yaml", [], True, None, 10.0,
@@ -115,4 +243,15 @@ def test_scale_command_writes_every_point_to_json_and_appends_the_table(tmp_path
     assert "assumed" in results["compute_ms_source"]
     assert docs.read_text() == "# Benchmarks\n\n" + table
     assert "Command: `dba3c bench --scale --quick --time-scale 10`" in table
-    assert table.count("\n| 16 | 4 |") == 6  # 16 x 4 at FC 128, 32, 512, and 3 backup rows
+    assert table.count("\n| 10 | 10 | 16 | 4 |") == 6  # FC 128, 32, 512, and 3 backup rows
+    assert "| 100 | 50 | 16 | 4 | 128 | all | none | failed |" in table
+    assert results["points"][-1]["error"] == "rank 7 exited 1"
+    # one cluster of 20 nodes (16 workers + 4 PS), links reshaped once, stopped at the end
+    assert calls[0] == ("start", 20, "1000mbit") and calls[-1] == ("stop",)
+    assert [c for c in calls if c[0] == "reshape"] == [("reshape", "2000mbit")]
+    assert [c[1] for c in calls if c[0] == "partial"] == list(range(1, 13))
+    assert not (tmp_path / "scale.partial.json").exists()
+    runs = [c for c in calls if c[0] == "run"]
+    assert len(runs) == 13 and all(c[4:] == (["-hosts", "node1"], 1.5e9) for c in runs)
+    assert results["host_bytes_per_s"] == 1.5e9
+    assert [c[3] for c in runs] == [10] * 11 + [50] * 2
