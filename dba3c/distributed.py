@@ -363,13 +363,13 @@ class ChiefLink:
         self.statuses = {p: Inbox(t, p, STATUS, 2 + roles.num_workers, np.int64)
                          for p in roles.ps}
         self.answers: dict[int, tuple[int, set[int]]] = {}
-        self.ps_versions: dict[int, int] = {}  # the last version each PS reported
         self.clock = StallClock(cfg.dist.stall_timeout, time.monotonic())
         self.evals = (Inbox(t, roles.evaluator, EVAL, cfg.eval.episodes + 2, np.float64)
                       if roles.evaluator is not None else None)
         self.pending_state: dict[int, dict[int, np.ndarray]] = {}
         self.final_states: dict[int, int] = {}  # PS rank -> the version it ended at
-        self.info_versions: dict[int, int] = {}  # PS rank -> version of its newest PSINFO
+        # PS rank -> version of its newest PSINFO (the last version it reported)
+        self.info_versions: dict[int, int] = {}
         self.final_reports: set[int] = set()
         self.frozen: dict[int, int] = {}
         self.stop_sent = self.stop_at_sent = False
@@ -436,7 +436,7 @@ class ChiefLink:
             return
         if running:
             ranks, why = stalled_ranks(self.roles.workers, running, self.answers,
-                                       self.ps_versions)
+                                       self.info_versions)
         else:  # every shard is final: only the workers' (and evaluator's) goodbyes are due
             evaluator = (set() if self.evaluator_done or self.roles.evaluator is None
                          else {self.roles.evaluator})
@@ -451,7 +451,6 @@ class ChiefLink:
         if p == self.roles.ps[0]:
             extra = self.chief.extra
             extra["dist/replicas"] = self.roles.replicas
-        self.ps_versions[p] = int(info[0])
         self.chief.extra[f"dist/dropped_late/ps{p}"] = info[1]
         self.chief.extra["train/nonfinite_skipped"] = info[2]
         if self.cfg.dist.mode == "async" and info[4]:
