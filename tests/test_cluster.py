@@ -15,11 +15,12 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 
 import pytest
+
+from launch.emulated import emulation_problem
 
 from conftest import ROOT, read_jsonl
 from test_slurm import check_usr2_requeue_resumes_without_gap, sbatch, wait_job
@@ -45,11 +46,9 @@ def cluster(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def emulated():
     """A running 3-node emulated cluster (10gbit links) for this module; stopped afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("emulated nodes need root (network namespaces, slurmd)")
-    if shutil.which("ip") is None or subprocess.run(["ip", "netns", "list"],
-                                                    capture_output=True).returncode != 0:
-        pytest.skip("no `ip netns` here: cannot emulate nodes")
+    problem = emulation_problem()
+    if problem:
+        pytest.skip(f"no emulated cluster here: {problem}")
     start = cluster("start", "--nodes", str(NODES), "--link", "10gbit", check=False)
     if start.returncode == 2:
         pytest.skip(f"cannot start an emulated cluster here: {start.stderr.strip()[-300:]}")
