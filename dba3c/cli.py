@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_tensorflow(os.environ)
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["submit"]:  # the submitit launcher has its own options
-        from launch.submit import main as submit_main
+        from dba3c.launchers.submit import main as submit_main
 
         return submit_main(argv[1:])
 
@@ -128,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """``dba3c train``: world size 1 trains alone, otherwise this rank plays its role."""
+    from dba3c.launchers.mpienv import world_size_hint
     from dba3c.runner import train
-    from launch.mpienv import world_size_hint
 
     return train(args.config, args.overrides, world_size_hint())
 
@@ -201,7 +201,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     """``dba3c launch``: start mpiexec with the right number of ranks."""
-    from launch.local import launch_local
+    from dba3c.launchers.local import launch_local
 
     return launch_local(args.config, args.overrides, workers=args.workers, ps=args.ps,
                         evaluator=args.evaluator)
@@ -222,7 +222,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``dba3c sweep``: run the grid, write SWEEP/sweep.csv, print its path."""
-    from launch.sweep import run_sweep
+    from dba3c.launchers.sweep import run_sweep
 
     if args.workers is not None and args.workers < 1:
         raise UserError(f"--workers {args.workers} must be at least 1")
@@ -240,11 +240,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from dba3c.config import load_config
-    from launch.bench import bench_command, long_command
+    from dba3c.launchers.bench import bench_command, long_command
 
     load_config(args.config, args.overrides)  # refuse bad input before minutes of work
     if args.scale:
-        from launch.scale import SCALE_JSON, scale_command
+        from dba3c.launchers.scale import SCALE_JSON, scale_command
 
         if args.long is not None:
             raise UserError("--scale and --long are separate benchmarks: give one of them")

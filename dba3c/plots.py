@@ -436,7 +436,7 @@ def plot_command(paths: list, out_dir: str | Path) -> list[Path]:
     one's figures are prefixed with its directory (file) name. Raises ValueError naming a
     path that is none of these.
     """
-    from launch.scale import read_scale_results
+    from dba3c.rundir import read_scale_results
 
     run_dirs, sweeps, scales = [], [], []
     for path in map(Path, paths):

@@ -67,7 +67,7 @@ echo "dba3c: job ${SLURM_JOB_ID:-?} (restart ${SLURM_RESTART_COUNT:-0}) $NTASKS 
     "MPIR_CVAR_NOLOCAL=${MPIR_CVAR_NOLOCAL:-} FI_PROVIDER=${FI_PROVIDER:-}"
 
 # Refuse a layout the tasks cannot hold before any rank starts.
-python3 -m launch.slurm_check "$DBA3C_CONFIG" "$NTASKS" "${OVERRIDES[@]}" || exit $?
+python3 -m dba3c.launchers.slurm_check "$DBA3C_CONFIG" "$NTASKS" "${OVERRIDES[@]}" || exit $?
 
 case $DBA3C_LAUNCHER in
     srun)    launch=(srun --mpi=pmi2 --kill-on-bad-exit=1 --ntasks="$NTASKS"); stop_sig=USR2 ;;

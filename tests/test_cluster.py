@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from launch.emulated import emulation_problem
+from dba3c.launchers.emulated import emulation_problem
 
 from conftest import ROOT, read_jsonl
 from test_slurm import check_usr2_requeue_resumes_without_gap, sbatch, wait_job
@@ -144,7 +144,7 @@ def test_a_shaped_link_limits_mpi_over_tcp(emulated):
         before = link_bytes()
         args = shlex.split(cluster("mpiexec-args").stdout)
         proc = subprocess.run([str(ROOT / ".venv" / "bin" / "mpiexec"), *args, "-n", "2",
-                               sys.executable, str(ROOT / "launch" / "pingpong.py"),
+                               sys.executable, str(ROOT / "dba3c" / "launchers" / "pingpong.py"),
                                str(4 << 20), "5"],
                               capture_output=True, text=True, timeout=120, cwd="/tmp")
         after = link_bytes()

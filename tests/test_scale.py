@@ -8,8 +8,8 @@ from dataclasses import asdict
 
 import pytest
 
-from launch.emulated import emulation_problem, link_rate
-from launch.scale import (
+from dba3c.launchers.emulated import emulation_problem, link_rate
+from dba3c.launchers.scale import (
     ScalePoint,
     busy_fraction,
     cpu_times,
@@ -91,7 +91,7 @@ def test_model_step_time_adds_both_ways_of_the_ps_link_to_the_slowest_waited_com
 
 
 def test_the_emulated_cluster_needs_root(monkeypatch):
-    from launch import emulated
+    from dba3c.launchers import emulated
 
     assert emulation_problem() is None  # the tests run as root where namespaces work
     monkeypatch.setattr(emulated.os, "geteuid", lambda: 1000)
@@ -100,7 +100,7 @@ def test_the_emulated_cluster_needs_root(monkeypatch):
 
 def test_bench_scale_refuses_without_root_and_writes_nothing(tmp_path, monkeypatch, capsys):
     from dba3c.cli import main
-    from launch import emulated
+    from dba3c.launchers import emulated
 
     monkeypatch.setattr(emulated.os, "geteuid", lambda: 1000)
     docs = tmp_path / "benchmarks.md"
@@ -187,7 +187,7 @@ def test_bad_scale_options_are_refused():
 
 
 def test_scale_command_writes_every_point_to_json_and_appends_the_table(tmp_path, monkeypatch):
-    from launch import scale
+    from dba3c.launchers import scale
 
     calls = []
 

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from dba3c import plots
+from dba3c.launchers.sweep import point_result
 from dba3c.rundir import SweepDir
-from launch.sweep import point_result
 
 from conftest import dba3c, read_jsonl
 

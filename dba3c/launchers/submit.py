@@ -1,11 +1,11 @@
-"""Submitit launcher: ``python -m launch.submit`` (also ``dba3c submit``).
+"""Submitit launcher: ``python -m dba3c.launchers.submit`` (also ``dba3c submit``).
 
 One Slurm job whose tasks form the MPI world (srun with PMI2), or a job array for sweeps
 (``--grid KEY=v1,v2`` once per swept key; one run directory per combination).
 ``--cluster local|debug`` runs the same function without Slurm (one process, world size 1).
 
-    python -m launch.submit configs/breakout_64.yaml --nodes 69 --tasks-per-node 1 --time 120
-    python -m launch.submit configs/cartpole.yaml --tasks-per-node 3 --ps 1 --grid run.seed=0,1,2
+    dba3c submit configs/breakout_64.yaml --nodes 69 --tasks-per-node 1 --time 120
+    dba3c submit configs/cartpole.yaml --tasks-per-node 3 --ps 1 --grid run.seed=0,1,2
 
 Preemption and time limits: Slurm signals USR2 ``--signal-delay`` seconds before the limit
 (or ``scancel --signal=USR2 JOBID``); rank 0 writes a checkpoint, every rank stops cleanly, and
@@ -42,8 +42,8 @@ class TrainJob(submitit.helpers.Checkpointable):
         self.config, self.overrides = config, list(overrides)
 
     def __call__(self) -> dict | None:
+        from dba3c.launchers.mpienv import world_size_hint
         from dba3c.runner import train
-        from launch.mpienv import world_size_hint
 
         quiet_tensorflow(os.environ)
         rc = train(self.config, self.overrides, world_size_hint())

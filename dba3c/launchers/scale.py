@@ -34,9 +34,9 @@ from statistics import median
 from typing import Any
 
 from dba3c.config import load_config
+from dba3c.launchers.emulated import EmulatedCluster, link_rate, require_emulation
 from dba3c.roles import required_world_size
 from dba3c.rundir import RunDir, write_atomic
-from launch.emulated import EmulatedCluster, link_rate, require_emulation
 
 # T_c assumed for one 12-core node of the paper: docs/benchmarks.md measured 77 ms per step on
 # 2 cores and scales it by 2/12 at equal efficiency (~13 ms); an assumption, not a measurement
@@ -53,9 +53,6 @@ LINK_TIME_SCALE = {10: 1.0, 100: 5.0}
 WIRE_PER_PAYLOAD = (1448 + 14 + 20 + 32) / 1448
 ADAM_S_PER_PARAM = 10e-9  # docs/benchmarks.md: Adam on N/P floats takes N/P x 10 ns
 SCALE_JSON = "scale.json"  # dba3c bench --scale's results, beside bench/results.json
-# what every point of scale.json has, measured or failed (a measured one has step_ms etc.)
-SCALE_POINT_KEYS = frozenset({"workers", "ps", "hidden", "replicas", "slow_workers",
-                              "slow_factor", "link_gbit", "time_scale"})
 STALL_TIMEOUT_S = 60.0  # a point whose steps stop ends after this, not after the default 300 s
 
 
@@ -178,21 +175,6 @@ def busy_fraction(samples: list[tuple[int, int, int]], warmup: int) -> float | N
     return (steady[-1][0] - steady[0][0]) / (steady[-1][1] - steady[0][1])
 
 
-def read_scale_results(path: Path) -> dict:
-    """The results ``dba3c bench --scale`` wrote to ``path`` (JSON with measured points);
-    ValueError naming the file unless it holds them."""
-    try:
-        results = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not readable as dba3c bench --scale results: {e}") from None
-    if not isinstance(results, dict) or not isinstance(results.get("points"), list) or any(
-            not isinstance(p, dict) or not SCALE_POINT_KEYS <= p.keys() for p in
-            results["points"]):
-        raise ValueError(f"{path}: not dba3c bench --scale results (expected an object whose "
-                         f"'points' each have {', '.join(sorted(SCALE_POINT_KEYS))})")
-    return results
-
-
 class CpuSampler(threading.Thread):
     """Samples /proc/stat and the number of lines of a run's metrics.jsonl every
     ``interval`` seconds until stopped."""
@@ -227,8 +209,8 @@ def run_point(config: str, overrides: list[str], point: ScalePoint, *, compute_m
     analytic model's step time (with ``host_bytes_per_s`` also the model plus the
     emulating host's cores as a limit, :func:`host_seconds`)."""
     from dba3c.envs import env_spaces
+    from dba3c.launchers.bench import RssSampler
     from dba3c.models import make_net_spec
-    from launch.bench import RssSampler
 
     cfg = load_config(config, [*overrides, *point.overrides()])
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -305,7 +287,7 @@ def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float 
     largest point has ranks, reshaped per link rate, stopped at the end); the results as
     one JSON-able dict, also handed to ``partial`` after each point. A point that fails is
     recorded with its error and the grid goes on."""
-    from launch.bench import machine_description
+    from dba3c.launchers.bench import machine_description
 
     require_emulation()  # before anything is printed or started
     grid = scale_grid(quick)
@@ -392,7 +374,7 @@ def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: fl
     """Run the grid, write ``out_json`` and append the markdown section to ``docs``; return
     the section. While it runs, the points so far are in ``NAME.partial.json`` beside
     ``out_json``."""
-    from launch.bench import _command_line, _record
+    from dba3c.launchers.bench import _command_line, _record
 
     def partial(results: dict) -> None:  # a grid cut short keeps the points it measured
         out_json.parent.mkdir(parents=True, exist_ok=True)

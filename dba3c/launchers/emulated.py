@@ -87,7 +87,7 @@ class EmulatedCluster:
         """Payload bytes per second MPI moves between node1 and node2 when the links do not
         limit (the host's cores do): a ping-pong over links reshaped to ``UNSHAPED``, after
         which the links get their rate back."""
-        from launch.local import find_mpiexec
+        from dba3c.launchers.local import find_mpiexec
 
         rate = self.rate
         self.reshape(UNSHAPED)

@@ -1,5 +1,5 @@
-"""``python -m launch.slurm_check CONFIG NTASKS [KEY=VALUE ...]``: refuse, in the job log and
-before any rank starts, a layout that NTASKS tasks cannot hold (exit 2, one line)."""
+"""``python -m dba3c.launchers.slurm_check CONFIG NTASKS [KEY=VALUE ...]``: refuse, in the job
+log and before any rank starts, a layout that NTASKS tasks cannot hold (exit 2, one line)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dba3c.roles import make_roles
 def main(argv: list[str]) -> int:
     """Check the rank layout; print it on success."""
     if len(argv) < 2 or not argv[1].isdigit():
-        print("error: usage: python -m launch.slurm_check CONFIG NTASKS [KEY=VALUE ...]",
+        print("error: usage: python -m dba3c.launchers.slurm_check CONFIG NTASKS [KEY=VALUE ...]",
               file=sys.stderr)
         return 2
     try:

@@ -24,11 +24,11 @@ from typing import TypeVar
 
 from dba3c.config import Config, load_config
 from dba3c.errors import UserError
+from dba3c.launchers.local import launch_command
+from dba3c.launchers.submit import grid_overrides, point_name
 from dba3c.metrics import steady_throughput
 from dba3c.roles import make_roles, required_world_size
 from dba3c.rundir import RunDir, SweepDir
-from launch.local import launch_command
-from launch.submit import grid_overrides, point_name
 
 T = TypeVar("T")
 
@@ -110,7 +110,7 @@ def run_slurm(points: list[Point], config: str, sweep_dir: Path, minutes: int) -
     """Submit every point as one submitit job (an array) and wait; exit code per point."""
     import submitit
 
-    from launch.submit import TrainJob, make_executor
+    from dba3c.launchers.submit import TrainJob, make_executor
 
     codes = []
     by_world: dict[int, list[Point]] = {}
