@@ -631,7 +631,11 @@ def run_rank(t: Transport, cfg: Config, spec: NetSpec) -> None:
     """Play this rank's role to the end of the run."""
     roles = make_roles(t.size, cfg)
     role = roles.role(t.rank)
-    if t.rank == 0:
+    if cfg.dist.aggregation == "collective":
+        from dba3c.collective import run_collective_rank
+
+        run_collective_rank(t, cfg, spec)
+    elif t.rank == 0:
         run_chief(t, roles, cfg, spec)
     elif role == "ps":
         run_ps(t, roles, cfg, spec.layout().num_params)

@@ -2,6 +2,10 @@
 
 - The transport's collectives: in-process (threads) and MPI (a real mpiexec world in which
   one rank stays out of the group), against sums and concatenations computed here.
+- The step (:class:`~dba3c.collective.CollectiveClient`) on the in-process transport: one rank
+  equals the single-process store bit for bit; W ranks equal W workers + P parameter servers
+  within float32 summation-order tolerance after 20 steps; one rank's non-finite gradient
+  makes every shard skip the same step.
 """
 
 from __future__ import annotations
@@ -12,10 +16,16 @@ import threading
 
 import numpy as np
 
+from dba3c.adam import AdamState
+from dba3c.collective import CollectiveClient, shard_counts
+from dba3c.core import LocalParameterServer, ShardServer
 from dba3c.launchers.local import find_mpiexec
+from dba3c.params import shard_bounds
+from dba3c.roles import make_roles
 from dba3c.transport import InProcessTransport, offsets
 
 from conftest import ROOT
+from test_protocol import N, grad_of, make_cfg, run_world, train_loop
 
 
 def run_threads(fn, size: int) -> list:
@@ -119,3 +129,96 @@ def test_mpi_collectives_sum_and_gather_over_the_members_only(tmp_path):
                    check=True, timeout=120)
     results = [pickle.loads((tmp_path / f"rank{r}").read_bytes()) for r in range(4)]
     check_collectives(results)
+
+
+# ---- the step, in process -----------------------------------------------------------------
+STEPS = 20
+THETA0 = np.linspace(-1, 1, N).astype(np.float32)
+
+
+def collective_world(cfg, num_ranks: int, gradient) -> list[list]:
+    """``num_ranks`` training ranks as threads, each pushing ``gradient(group_rank, version)``
+    until ``train.max_steps``; every rank's received Params and its final shard."""
+    counts = shard_counts(N, num_ranks)
+
+    def rank_loop(transport) -> tuple[list, ShardServer]:
+        group = transport.split(True)
+        lo, hi = shard_bounds(N, num_ranks)[group.rank]
+        shard = ShardServer(THETA0[lo:hi].copy(), AdamState.zeros(hi - lo), 0, mode="sync",
+                            replicas=1, lr=cfg.train.lr, beta1=cfg.adam.beta1,
+                            beta2=cfg.adam.beta2, epsilon=cfg.adam.epsilon)
+        client = CollectiveClient(group, shard, counts, cfg.train, chief=group.rank == 0,
+                                  wants_stop=lambda: False)
+        received = [client.pull()]
+        while not client.stopping:
+            params = client.push(received[-1].version,
+                                 gradient(group.rank, received[-1].version))
+            assert params is not None
+            received.append(params)
+        return received, shard
+
+    return run_threads(rank_loop, num_ranks)
+
+
+def test_one_rank_equals_the_single_process_store_bit_for_bit():
+    cfg = make_cfg(workers=1, ps=1, max_steps=STEPS)
+
+    def gradient(rank, version):  # with a poisoned step: skipped alike
+        return grad_of(rank, version) * (np.nan if version == 7 else 1)
+
+    [(received, shard)] = collective_world(cfg, 1, gradient)
+    store = LocalParameterServer(THETA0.copy(), AdamState.zeros(N), 0, cfg.adam, cfg.train.lr)
+    expected = [store.pull()] + [store.push(v, gradient(0, v)) for v in range(STEPS)]
+    assert [p.version for p in received] == list(range(STEPS + 1))
+    for got, want in zip(received, expected):
+        assert np.array_equal(got.theta.view(np.uint32), want.theta.view(np.uint32))
+        assert got.nonfinite_streak == want.nonfinite_streak
+    assert np.array_equal(shard.adam.m_shard, store.shard.adam.m_shard)
+    assert np.array_equal(shard.adam.v_shard, store.shard.adam.v_shard)
+    assert shard.adam.count == store.shard.adam.count == STEPS - 1
+
+
+# PS sums the workers' gradients in arrival order, the collective in rank order (MPI: in its
+# algorithm's order): float32 sums that differ in the last bits; after 20 Adam steps the
+# parameters agree to |a - b| <= 1e-6 (1 + |b|) (measured: at most 2e-7 in theta, m and v)
+SUMMATION_TOL = 1e-6
+
+
+def test_w_ranks_equal_w_workers_and_p_parameter_servers_within_summation_tolerance():
+    cfg = make_cfg(workers=3, ps=2, max_steps=STEPS)
+    ps_workers = make_roles(6, cfg).workers  # (3, 4, 5): gradients keyed by these ranks
+    chief, ps_received = run_world(cfg, train_loop(), THETA0)
+    theta_ps, m_ps, v_ps, count_ps = chief.checkpoints[STEPS]
+    ranks = collective_world(cfg, 3, lambda r, v: grad_of(ps_workers[r], v))
+    for received, _ in ranks:
+        assert [p.version for p in received] == list(range(STEPS + 1))
+        for got, want in zip(received, ps_received[ps_workers[0]]):
+            np.testing.assert_allclose(got.theta, want.theta, rtol=SUMMATION_TOL,
+                                       atol=SUMMATION_TOL)
+    theta = ranks[0][0][-1].theta
+    np.testing.assert_allclose(theta, theta_ps, rtol=SUMMATION_TOL, atol=SUMMATION_TOL)
+    m = np.concatenate([shard.adam.m_shard for _, shard in ranks])
+    v = np.concatenate([shard.adam.v_shard for _, shard in ranks])
+    np.testing.assert_allclose(m, m_ps, rtol=SUMMATION_TOL, atol=SUMMATION_TOL)
+    np.testing.assert_allclose(v, v_ps, rtol=SUMMATION_TOL, atol=SUMMATION_TOL)
+    assert {shard.adam.count for _, shard in ranks} == {count_ps} == {STEPS}
+
+
+def test_one_ranks_non_finite_gradient_makes_every_shard_skip_the_same_step():
+    cfg = make_cfg(workers=3, ps=1, max_steps=6)
+    poisoned = {(2, 3)}  # group rank 2 at version 3 only: one shard's mean would stay finite
+
+    def gradient(rank, version):
+        g = grad_of(rank, version)
+        if (rank, version) in poisoned:
+            g[-1] = np.inf  # the last shard's element only
+        return g
+
+    ranks = collective_world(cfg, 3, gradient)
+    for received, shard in ranks:
+        assert [p.nonfinite_streak for p in received] == [0, 0, 0, 0, 1, 0, 0]
+        assert shard.stats.nonfinite_skipped == 1 and shard.adam.count == 5
+        assert np.isfinite(received[-1].theta).all()
+        # step 3 changed nothing: theta_4 == theta_3 on every rank
+        assert np.array_equal(received[4].theta, received[3].theta)
+        assert not np.array_equal(received[5].theta, received[4].theta)

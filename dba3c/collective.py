@@ -1,0 +1,385 @@
+"""Collective aggregation (``dist.aggregation: collective``): the training ranks are their own
+parameter servers.
+
+The W training ranks form a group (:meth:`~dba3c.transport.Transport.split`; an evaluator rank
+stays out). Group rank w owns shard w of the flat parameter vector
+(``shard_bounds(num_params, W)``) and its Adam state, in a :class:`~dba3c.core.ShardServer`.
+One synchronous step t, in :meth:`CollectiveClient.push`:
+
+  1. a reduce-scatter of the gradients (sum; each rank receives its shard's part) and, in
+     flight beside it, an allreduce of a small control vector: how many gradients were not
+     finite, and whether the chief asks to stop;
+  2. each rank divides its part by W (the mean) and applies Adam to its shard; when any
+     gradient was not finite every shard skips the step (parameters and Adam state unchanged,
+     the version advances, the streak is counted), as a parameter server does;
+  3. an allgather of the updated shards: every rank holds theta_{t+1} and trains on it.
+
+While a rank waits in a collective its actor thread keeps simulating (``dba3c.worker``);
+waiting polls the requests with a short, growing sleep (:func:`~dba3c.transport.wait_until`),
+so a waiting rank does not spin a core (docs/benchmarks.md measures it against MPI's
+blocking wait).
+
+Every rank stops at the same step: at ``train.max_steps`` (all know it) or at the step whose
+control vector carried the chief's stop request (a signal, ``train.max_seconds``, the target
+score). The chief (rank 0, a training rank) owns the run directory as in ``ps`` mode: it hands
+every rank its shard of the start state, receives the other ranks' reports, gathers the shard
+states (theta, Adam moments) of checkpoint steps into the checkpoint format of ``ps`` mode (a
+checkpoint resumes in either mode), evaluates, and runs the stall watchdog: shortly before
+``dist.stall_timeout`` it asks every rank where it is; the ranks that do not answer (or lag
+behind) are named in the error that ends the job. A rank that sees no step for twice the
+timeout gives up itself, naming the chief.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dba3c.adam import AdamState
+from dba3c.config import Config, TrainConfig
+from dba3c.core import Params, ShardServer
+from dba3c.distributed import (
+    CONTROL,
+    HEADER,
+    QUERY,
+    REPORT_KEYS,
+    STATE,
+    STATS,
+    STATUS,
+    Inbox,
+    Sender,
+    header,
+    make_worker,
+    message,
+    payload,
+    report_dict,
+    report_vector,
+)
+from dba3c.errors import TrainingError
+from dba3c.models import NetSpec
+from dba3c.params import shard_bounds
+from dba3c.roles import Roles, make_roles
+from dba3c.transport import Collectives, Request, Transport, wait_until
+from dba3c.watchdog import StallClock
+
+if TYPE_CHECKING:
+    from dba3c.chief import Chief
+
+NONFINITE, STOP_REQUESTED = 0, 1  # slots of the control vector reduced with each gradient
+
+
+class CollectiveClient:
+    """A training rank's :class:`~dba3c.core.ParameterClient` in collective aggregation.
+
+    Args:
+      group: the training ranks' collectives; group rank = index of this rank's shard.
+      shard: this rank's shard of theta and its Adam state (sync, one gradient: the mean).
+      counts: every shard's length, in group-rank order.
+      train: ``train.max_steps`` (every rank stops there) and ``train.max_nonfinite``.
+      chief: on the chief a streak of ``train.max_nonfinite`` skipped steps is returned (the
+        worker loop raises the error); the other ranks, which reach it at the same step, end
+        quietly (one error line per job, not W).
+      wants_stop: asked at each step (the chief's stop request).
+      idle: called between polls while waiting (the chief's bookkeeping, answering QUERY).
+    """
+
+    def __init__(self, group: Collectives, shard: ShardServer, counts: list[int],
+                 train: TrainConfig, *, chief: bool, wants_stop: Callable[[], bool],
+                 idle: Callable[[], None] | None = None):
+        self.group, self.shard, self.counts, self.train = group, shard, counts, train
+        self.chief, self.wants_stop, self.idle = chief, wants_stop, idle
+        self.theta = np.zeros(sum(counts), np.float32)
+        self._part = np.zeros(counts[group.rank], np.float32)
+        self._control = np.zeros(2, np.int64)
+        self.stopping = train.reached_max_steps(shard.version)
+
+    def _wait(self, *requests: Request) -> None:
+        wait_until(lambda: all([r.test() for r in requests]), self.idle)
+
+    def _params(self) -> Params:
+        self._wait(self.group.iallgather(self.shard.theta_shard, self.theta, self.counts))
+        return Params(self.shard.version, self.theta.copy(), self.shard.nonfinite_streak)
+
+    def pull(self) -> Params:
+        """The start parameters: every rank's shard, gathered."""
+        return self._params()
+
+    def push(self, version: int, grad: np.ndarray) -> Params | None:
+        """One synchronous step with every training rank; the parameters after it (None when
+        the run is over for this rank)."""
+        if version != self.shard.version:
+            raise RuntimeError(f"gradient at version {version} offered to a shard at version "
+                               f"{self.shard.version}: protocol violated")
+        control = np.zeros(2, np.int64)
+        control[NONFINITE] = not np.isfinite(grad).all()
+        control[STOP_REQUESTED] = self.wants_stop()
+        self._wait(self.group.ireduce_scatter(grad, self._part, self.counts),
+                   self.group.iallreduce(control, self._control))
+        if self._control[NONFINITE]:
+            self._part[:] = np.nan  # one poisoned gradient: every shard skips this step
+        else:
+            self._part /= np.float32(self.group.size)
+        self.shard.offer(version, self._part)
+        params = self._params()
+        self.stopping = (bool(self._control[STOP_REQUESTED])
+                         or self.train.reached_max_steps(params.version))
+        if not self.chief and params.nonfinite_streak >= self.train.max_nonfinite:
+            return None
+        return params
+
+
+def state_message(shard: ShardServer, final: bool) -> np.ndarray:
+    """A shard's state as a STATE message: header (version, Adam count, final); payload
+    theta, m, v of the shard (the parameter servers' format)."""
+    n = shard.theta_shard.size
+    buf = message(3 * n)
+    header(buf)[:3] = (shard.version, shard.adam.count, int(final))
+    payload(buf)[:] = np.concatenate([shard.theta_shard, shard.adam.m_shard, shard.adam.v_shard])
+    return buf
+
+
+def shard_from_message(msg: np.ndarray, cfg: Config) -> ShardServer:
+    """The :class:`ShardServer` a STATE message describes (header: version, Adam count)."""
+    version, count = int(header(msg)[0]), int(header(msg)[1])
+    theta_shard, m_shard, v_shard = np.split(payload(msg).copy(), 3)
+    return ShardServer(theta_shard, AdamState(m_shard, v_shard, count), version, mode="sync",
+                       replicas=1, lr=cfg.train.lr, beta1=cfg.adam.beta1,
+                       beta2=cfg.adam.beta2, epsilon=cfg.adam.epsilon)
+
+
+def checkpoint_due(cfg: Config, step: int, start_step: int) -> bool:
+    """Whether the shards' state at ``step`` goes into a checkpoint (as the chief decides)."""
+    every = cfg.run.checkpoint_every
+    return bool(every) and step % every == 0 and step > start_step
+
+
+class CollectiveChiefLink:
+    """The chief's side of collective aggregation: the start state out, reports and shard
+    states in, checkpoints assembled, the stall watchdog.
+
+    ``poll`` is the chief's idle work while it waits in a collective or for the last states.
+    """
+
+    def __init__(self, t: Transport, roles: Roles, cfg: Config, chief: Chief, num_params: int):
+        self.t, self.roles, self.cfg, self.chief = t, roles, cfg, chief
+        self.bounds = shard_bounds(num_params, roles.num_workers)
+        self.others = tuple(r for r in roles.workers if r != t.rank)
+        self.sender = Sender(t)
+        self.stats = Inbox(t, -1, STATS, len(REPORT_KEYS) + 2, np.float64)
+        self.states = {r: Inbox(t, r, STATE, HEADER + 3 * (hi - lo))
+                       for r, (lo, hi) in zip(roles.workers, self.bounds) if r != t.rank}
+        self.statuses = {r: Inbox(t, r, STATUS, 2, np.int64) for r in self.others}
+        self.pending_state: dict[int, dict[int, np.ndarray]] = {}
+        self.final_states: set[int] = set()
+        self.final_reports: set[int] = set()
+        self.answers: dict[int, int] = {}  # rank -> its step, answering the last QUERY
+        self.clock = StallClock(cfg.dist.stall_timeout, time.monotonic())
+        self.step = chief.start_step
+
+    def send_start(self, step: int, theta: np.ndarray, adam: AdamState) -> ShardServer:
+        """Hand every other training rank its shard of the start state; the chief's own."""
+        own = None
+        for r, (lo, hi) in zip(self.roles.workers, self.bounds):
+            shard = ShardServer(theta[lo:hi].copy(), AdamState(adam.m_shard[lo:hi].copy(),
+                                                               adam.v_shard[lo:hi].copy(),
+                                                               adam.count), step,
+                                mode="sync", replicas=1, lr=self.cfg.train.lr,
+                                beta1=self.cfg.adam.beta1, beta2=self.cfg.adam.beta2,
+                                epsilon=self.cfg.adam.epsilon)
+            if r == self.t.rank:
+                own = shard
+            else:
+                self.sender.send(state_message(shard, final=False), [r], STATE)
+        assert own is not None, "the chief is a training rank"
+        return own
+
+    def own_state(self, shard: ShardServer, final: bool) -> None:
+        """The chief's own shard state at a checkpoint step (or the end)."""
+        self._state(self.t.rank, state_message(shard, final))
+
+    def on_step(self, step: int) -> None:
+        """A step completed on every rank."""
+        self.step = step
+        self.clock.progress(time.monotonic())
+
+    @property
+    def finished(self) -> bool:
+        """Every other rank's final state and final report arrived, every send completed."""
+        return (len(self.final_states) == len(self.others)
+                and len(self.final_reports) == len(self.others) and self.sender.idle())
+
+    def poll(self) -> None:
+        """Process what arrived; fail the job when no step completed for the timeout."""
+        while (vec := self.stats.poll()) is not None:
+            rank = int(vec[-1])
+            report, final = report_dict(vec[:-1])
+            self.chief.worker_report(rank, report)
+            if final:
+                self.final_reports.add(rank)
+                self.clock.progress(time.monotonic())
+        for r, inbox in self.states.items():
+            while (msg := inbox.poll()) is not None:
+                self._state(r, msg)
+        self._watch()
+
+    def _state(self, rank: int, msg: np.ndarray) -> None:
+        version, count, final = (int(x) for x in header(msg)[:3])
+        if final and rank != self.t.rank:
+            self.final_states.add(rank)
+            self.clock.progress(time.monotonic())
+        shards = self.pending_state.setdefault(version, {})
+        shards[rank] = msg
+        if len(shards) < self.roles.num_workers:
+            return
+        parts = [payload(shards[r]) for r in self.roles.workers]
+        theta, m, v = (np.concatenate([np.split(part, 3)[k] for part in parts])
+                       for k in range(3))
+        if version > self.chief.start_step:
+            self.chief.save_checkpoint(version, theta, m, v, count)
+        del self.pending_state[version]
+
+    def _watch(self) -> None:
+        """Ask every rank where it is shortly before the timeout; at the timeout name those
+        that did not answer: a rank answers only while it waits in a collective, so a silent
+        one is the rank the others wait for (stopped, or stuck before its gradient)."""
+        for r, inbox in self.statuses.items():
+            while (status := inbox.poll()) is not None:
+                self.answers[r] = int(status[0])
+        now = time.monotonic()
+        if self.clock.query_due(now):
+            self.answers.clear()
+            self.sender.send(np.array([QUERY, self.step], np.int64), self.others, CONTROL)
+        if not self.clock.expired(now):
+            return
+        silent = [r for r in self.others if r not in self.answers]
+        why = (f"workers {silent}: no gradient for step {self.step}, they do not answer"
+               if silent else f"every worker waits in the collective of step {self.step}")
+        timeout = self.cfg.dist.stall_timeout
+        raise TrainingError(f"no step for {timeout:g} s, waiting on ranks {silent} ({why}; "
+                            f"dist.stall_timeout={timeout:g})")
+
+
+class RankWatch:
+    """A non-chief training rank's idle work: answer the chief's QUERY with this rank's
+    step, and give up when no step completed for twice ``dist.stall_timeout`` (the chief,
+    which would have ended a stall after one timeout, is then the one not answering)."""
+
+    def __init__(self, t: Transport, timeout_s: float, shard: ShardServer):
+        self.sender, self.timeout_s, self.shard = Sender(t), timeout_s, shard
+        self.control = Inbox(t, 0, CONTROL, 2, np.int64)
+        self.clock = StallClock(2 * timeout_s, time.monotonic())
+
+    def poll(self) -> None:
+        """Answer a QUERY; raise TrainingError once the clock expired."""
+        while (command := self.control.poll()) is not None:
+            if command[0] == QUERY:
+                self.sender.send(np.array([self.shard.version, 0], np.int64), [0], STATUS)
+        if self.clock.expired(time.monotonic()):
+            raise TrainingError(
+                f"no step for {2 * self.timeout_s:g} s at step {self.shard.version}, and the "
+                f"chief did not end the job: waiting on ranks [0] (dist.stall_timeout="
+                f"{self.timeout_s:g}: the chief names a stalled rank after one timeout)")
+
+
+def run_collective_rank(t: Transport, cfg: Config, spec: NetSpec) -> None:
+    """Play this rank's role in collective aggregation to the end of the run."""
+    roles = make_roles(t.size, cfg)
+    group = t.split(t.rank in roles.workers)
+    if group is None:
+        raise NotImplementedError("an evaluator rank with dist.aggregation=collective")
+    if t.rank == 0:
+        run_collective_chief(t, roles, cfg, spec, group)
+    else:
+        run_collective_worker(t, roles, cfg, spec, group)
+
+
+def shard_counts(num_params: int, num_shards: int) -> list[int]:
+    """Every shard's length (``shard_bounds``)."""
+    return [hi - lo for lo, hi in shard_bounds(num_params, num_shards)]
+
+
+def run_collective_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
+                          group: Collectives) -> None:
+    """A training rank other than the chief: its shard arrives from the chief; each step's
+    report and the checkpoint steps' shard state go to the chief."""
+    counts = shard_counts(spec.layout().num_params, group.size)
+    start = message(3 * counts[group.rank])
+    wait_until(t.irecv(start, 0, STATE).test)
+    shard = shard_from_message(start, cfg)
+    start_step = shard.version
+    watch = RankWatch(t, cfg.dist.stall_timeout, shard) if cfg.dist.stall_timeout else None
+    client = CollectiveClient(group, shard, counts, cfg.train, chief=False,
+                              wants_stop=lambda: False, idle=watch.poll if watch else None)
+    worker = make_worker(cfg, t.rank, spec, roles)
+    sender = Sender(t)
+
+    def after_step(params: Params, report: dict) -> bool:
+        if watch is not None:
+            watch.clock.progress(time.monotonic())
+        sender.send(np.append(report_vector(report, False), t.rank), [0], STATS)
+        if checkpoint_due(cfg, params.version, start_step) and not client.stopping:
+            sender.send(state_message(shard, final=False), [0], STATE)
+        return client.stopping
+
+    worker.train(client, after_step)
+    sender.send(np.append(report_vector(worker.report({}, 0.0), True), t.rank), [0], STATS)
+    sender.send(state_message(shard, final=True), [0], STATE)
+    wait_until(sender.idle, watch.poll if watch else None)
+
+
+def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
+                         group: Collectives) -> None:
+    """Rank 0: resume or initialise, hand every rank its shard, train, log, checkpoint and
+    evaluate, and gather the final state."""
+    from dba3c.checkpoint import load_start
+    from dba3c.chief import Chief
+
+    start = load_start(cfg, spec)
+    chief = Chief(cfg, start.ckpt, spec.layout(), roles.num_workers)
+    chief.install_signal_handlers()
+    chief.extra["dist/replicas"] = roles.num_workers
+    link = CollectiveChiefLink(t, roles, cfg, chief, spec.layout().num_params)
+    shard = link.send_start(start.step, start.theta, start.adam)
+    client = CollectiveClient(group, shard, shard_counts(spec.layout().num_params, group.size),
+                              cfg.train, chief=True,
+                              wants_stop=lambda: chief.stop_reason is not None, idle=link.poll)
+    worker = make_worker(cfg, t.rank, spec, roles)
+    evaluator = None
+    if cfg.eval.every:
+        from dba3c.evaluation import BackgroundEvaluator
+
+        evaluator = BackgroundEvaluator(cfg, spec)
+        evaluator.start()
+
+    def after_step(params: Params, report: dict) -> bool:
+        chief.worker_report(t.rank, report)
+        chief.extra["train/nonfinite_skipped"] = shard.stats.nonfinite_skipped
+        link.on_step(params.version)
+        chief.on_step(params.version)
+        if checkpoint_due(cfg, params.version, chief.start_step) and not client.stopping:
+            link.own_state(shard, final=False)
+        if evaluator is not None:
+            for step, scores in evaluator.after_step(params.version, params.theta):
+                chief.on_eval(step, scores)
+        return client.stopping
+
+    try:
+        worker.train(client, after_step)
+        chief.worker_report(t.rank, worker.report({}, 0.0))
+        link.own_state(shard, final=True)
+
+        def finished() -> bool:
+            link.poll()
+            return link.finished
+
+        wait_until(finished)
+        if evaluator is not None:
+            for step, scores in evaluator.results():
+                chief.on_eval(step, scores)
+    finally:
+        if evaluator is not None:
+            evaluator.stop()
+        chief.close()
