@@ -11,7 +11,9 @@ on a vector of ``--params`` float32 (default: the paper network's 332,295 parame
 - wait_cpu: while rank 0 arrives ``--late-ms`` late every round (a straggler), the CPU time
   the other ranks spend per second of waiting (1.0 = a whole core).
 
-It prints a Markdown table (the figures in docs/benchmarks.md) and one JSON object per point.
+It prints a Markdown table (the figures in docs/benchmarks.md) and one JSON object per point,
+with the machine's 1-minute load average when the point started (on a shared machine a
+rank that spins gets only its share of a core: read the CPU figures beside the load).
 """
 
 from __future__ import annotations
@@ -87,19 +89,21 @@ def run_point(ranks: int, strategy: str, num_params: int, rounds: int, late_ms: 
            "--rank-of-point", strategy, "--params", str(num_params), "--rounds", str(rounds),
            "--late-ms", str(late_ms)]
     env = dict(os.environ, MPIR_CVAR_CH4_CMA_ENABLE="1")  # as `dba3c launch` sets it
+    load = os.getloadavg()[0]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True,
                          timeout=600).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return {**json.loads(out.strip().splitlines()[-1]), "load": round(load, 1)}
 
 
 def waiting_table(points: list[dict]) -> str:
     """The Markdown table of the points: per W, both strategies side by side."""
     lines = ["| ranks | step ms, poll | step ms, block | waiting CPU, poll | "
-             "waiting CPU, block |", "|---|---|---|---|---|"]
+             "waiting CPU, block | load, poll / block |", "|---|---|---|---|---|---|"]
     for w in sorted({p["ranks"] for p in points}):
         by = {p["strategy"]: p for p in points if p["ranks"] == w}
         lines.append(f"| {w} | {by['poll']['step_ms']} | {by['block']['step_ms']} | "
-                     f"{by['poll']['wait_cpu']:.2f} | {by['block']['wait_cpu']:.2f} |")
+                     f"{by['poll']['wait_cpu']:.2f} | {by['block']['wait_cpu']:.2f} | "
+                     f"{by['poll']['load']:g} / {by['block']['load']:g} |")
     return "\n".join(lines)
 
 
