@@ -24,7 +24,9 @@ control vector carried the chief's stop request (a signal, ``train.max_seconds``
 score). The chief (rank 0, a training rank) owns the run directory as in ``ps`` mode: it hands
 every rank its shard of the start state, receives the other ranks' reports, gathers the shard
 states (theta, Adam moments) of checkpoint steps into the checkpoint format of ``ps`` mode (a
-checkpoint resumes in either mode), evaluates, and runs the stall watchdog: shortly before
+checkpoint resumes in either mode), evaluates in a thread unless there is an evaluator rank
+(then every worker sends it its shard every ``eval.every`` steps, as a parameter server
+would, and the chief receives its results), and runs the stall watchdog: shortly before
 ``dist.stall_timeout`` it asks every rank where it is; the ranks that do not answer (or lag
 behind) are named in the error that ends the job. A rank that sees no step for twice the
 timeout gives up itself, naming the chief.
@@ -40,12 +42,14 @@ import numpy as np
 
 from dba3c.adam import AdamState
 from dba3c.config import Config, TrainConfig
-from dba3c.core import Params, ShardServer
+from dba3c.core import EvalSchedule, Params, ShardServer
 from dba3c.distributed import (
     CONTROL,
+    EVAL,
     HEADER,
     QUERY,
     REPORT_KEYS,
+    SNAPSHOT,
     STATE,
     STATS,
     STATUS,
@@ -57,6 +61,7 @@ from dba3c.distributed import (
     payload,
     report_dict,
     report_vector,
+    run_evaluator,
 )
 from dba3c.errors import TrainingError
 from dba3c.models import NetSpec
@@ -150,6 +155,32 @@ def shard_from_message(msg: np.ndarray, cfg: Config) -> ShardServer:
                        beta2=cfg.adam.beta2, epsilon=cfg.adam.epsilon)
 
 
+class Snapshots:
+    """A training rank's shard to the evaluator rank every ``eval.every`` steps, and DONE at
+    the end (as a parameter server sends them); nothing without an evaluator rank."""
+
+    def __init__(self, t: Transport, roles: Roles, cfg: Config):
+        self.sender = Sender(t)
+        self.evaluators = [] if roles.evaluator is None else [roles.evaluator]
+        self.schedule = EvalSchedule(cfg.eval.every if self.evaluators else 0, self._send)
+
+    def _send(self, version: int, theta_shard: np.ndarray) -> None:
+        buf = message(theta_shard.size)
+        header(buf)[0] = version
+        payload(buf)[:] = theta_shard
+        self.sender.send(buf, self.evaluators, SNAPSHOT)
+
+    def after_step(self, shard: ShardServer) -> None:
+        """Send the shard if its version is due for evaluation."""
+        self.schedule.after_step(shard.version, shard.theta_shard)
+
+    def done(self) -> None:
+        """The run is over: DONE (version -1, header only) to the evaluator."""
+        buf = message(0)
+        header(buf)[0] = -1
+        self.sender.send(buf, self.evaluators, SNAPSHOT)
+
+
 def checkpoint_due(cfg: Config, step: int, start_step: int) -> bool:
     """Whether the shards' state at ``step`` goes into a checkpoint (as the chief decides)."""
     every = cfg.run.checkpoint_every
@@ -178,6 +209,9 @@ class CollectiveChiefLink:
         self.answers: dict[int, int] = {}  # rank -> its step, answering the last QUERY
         self.clock = StallClock(cfg.dist.stall_timeout, time.monotonic())
         self.step = chief.start_step
+        self.evals = (Inbox(t, roles.evaluator, EVAL, cfg.eval.episodes + 2, np.float64)
+                      if roles.evaluator is not None else None)
+        self.evaluator_done = roles.evaluator is None
 
     def send_start(self, step: int, theta: np.ndarray, adam: AdamState) -> ShardServer:
         """Hand every other training rank its shard of the start state; the chief's own."""
@@ -207,8 +241,9 @@ class CollectiveChiefLink:
 
     @property
     def finished(self) -> bool:
-        """Every other rank's final state and final report arrived, every send completed."""
-        return (len(self.final_states) == len(self.others)
+        """Every other rank's final state and final report arrived, the evaluator rank (if
+        any) is done, every send completed."""
+        return (len(self.final_states) == len(self.others) and self.evaluator_done
                 and len(self.final_reports) == len(self.others) and self.sender.idle())
 
     def poll(self) -> None:
@@ -223,6 +258,13 @@ class CollectiveChiefLink:
         for r, inbox in self.states.items():
             while (msg := inbox.poll()) is not None:
                 self._state(r, msg)
+        while self.evals is not None and (res := self.evals.poll()) is not None:
+            step, count = int(res[0]), int(res[1])
+            if step == -1:
+                self.evaluator_done = True
+                self.clock.progress(time.monotonic())
+            else:
+                self.chief.on_eval(step, list(res[2:2 + count]))
         self._watch()
 
     def _state(self, rank: int, msg: np.ndarray) -> None:
@@ -288,9 +330,9 @@ def run_collective_rank(t: Transport, cfg: Config, spec: NetSpec) -> None:
     """Play this rank's role in collective aggregation to the end of the run."""
     roles = make_roles(t.size, cfg)
     group = t.split(t.rank in roles.workers)
-    if group is None:
-        raise NotImplementedError("an evaluator rank with dist.aggregation=collective")
-    if t.rank == 0:
+    if group is None:  # the evaluator rank: snapshots come from every worker's shard
+        run_evaluator(t, roles, cfg, spec)
+    elif t.rank == 0:
         run_collective_chief(t, roles, cfg, spec, group)
     else:
         run_collective_worker(t, roles, cfg, spec, group)
@@ -314,7 +356,7 @@ def run_collective_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec
     client = CollectiveClient(group, shard, counts, cfg.train, chief=False,
                               wants_stop=lambda: False, idle=watch.poll if watch else None)
     worker = make_worker(cfg, t.rank, spec, roles)
-    sender = Sender(t)
+    sender, snapshots = Sender(t), Snapshots(t, roles, cfg)
 
     def after_step(params: Params, report: dict) -> bool:
         if watch is not None:
@@ -322,12 +364,15 @@ def run_collective_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec
         sender.send(np.append(report_vector(report, False), t.rank), [0], STATS)
         if checkpoint_due(cfg, params.version, start_step) and not client.stopping:
             sender.send(state_message(shard, final=False), [0], STATE)
+        snapshots.after_step(shard)
         return client.stopping
 
     worker.train(client, after_step)
     sender.send(np.append(report_vector(worker.report({}, 0.0), True), t.rank), [0], STATS)
     sender.send(state_message(shard, final=True), [0], STATE)
-    wait_until(sender.idle, watch.poll if watch else None)
+    snapshots.done()
+    wait_until(lambda: sender.idle() and snapshots.sender.idle(),
+               watch.poll if watch else None)
 
 
 def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
@@ -347,8 +392,9 @@ def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
                               cfg.train, chief=True,
                               wants_stop=lambda: chief.stop_reason is not None, idle=link.poll)
     worker = make_worker(cfg, t.rank, spec, roles)
+    snapshots = Snapshots(t, roles, cfg)
     evaluator = None
-    if cfg.eval.every:
+    if cfg.eval.every and roles.evaluator is None:  # no evaluator rank: evaluate in here
         from dba3c.evaluation import BackgroundEvaluator
 
         evaluator = BackgroundEvaluator(cfg, spec)
@@ -361,6 +407,7 @@ def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
         chief.on_step(params.version)
         if checkpoint_due(cfg, params.version, chief.start_step) and not client.stopping:
             link.own_state(shard, final=False)
+        snapshots.after_step(shard)
         if evaluator is not None:
             for step, scores in evaluator.after_step(params.version, params.theta):
                 chief.on_eval(step, scores)
@@ -370,10 +417,11 @@ def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
         worker.train(client, after_step)
         chief.worker_report(t.rank, worker.report({}, 0.0))
         link.own_state(shard, final=True)
+        snapshots.done()
 
         def finished() -> bool:
             link.poll()
-            return link.finished
+            return link.finished and snapshots.sender.idle()
 
         wait_until(finished)
         if evaluator is not None:

@@ -507,10 +507,11 @@ def run_evaluator(t: Transport, roles: Roles, cfg: Config, spec: NetSpec) -> Non
     from dba3c.evaluation import make_eval_pool, play
     from dba3c.learner import Learner
 
-    bounds = shard_bounds(spec.layout().num_params, len(roles.ps))
-    inboxes = [Inbox(t, p, SNAPSHOT, HEADER + hi - lo) for p, (lo, hi) in zip(roles.ps, bounds)]
-    latest: list[np.ndarray | None] = [None] * len(roles.ps)
-    done = [False] * len(roles.ps)
+    owners = roles.shard_owners  # the parameter servers, or the collective's workers
+    bounds = shard_bounds(spec.layout().num_params, len(owners))
+    inboxes = [Inbox(t, p, SNAPSHOT, HEADER + hi - lo) for p, (lo, hi) in zip(owners, bounds)]
+    latest: list[np.ndarray | None] = [None] * len(owners)
+    done = [False] * len(owners)
     sender = Sender(t)
 
     def drain() -> bool:

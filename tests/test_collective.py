@@ -362,3 +362,33 @@ def test_a_rank_that_stops_answering_ends_the_collective_job_naming_it(tmp_path)
                         tmp_path / "run", stopped=2, timeout=5)
     assert "waiting on ranks [2] (workers [2]: no gradient for step" in error, error
     assert "do not answer" in error
+
+
+def test_a_rank_waiting_in_the_collectives_does_not_spin_a_core():
+    """Rank 1 waits ~20 ms per round for rank 0 in the reduce-scatter: polled, it uses a
+    small part of a core (MPI_Wait would spin one; docs/benchmarks.md has both)."""
+    from dba3c.launchers.waiting import PAPER_PARAMS, run_point, waiting_table
+
+    poll = run_point(2, "poll", PAPER_PARAMS, rounds=10, late_ms=20.0)
+    assert poll["ranks"] == 2 and poll["strategy"] == "poll" and poll["step_ms"] > 0
+    assert poll["wait_cpu"] < 0.25, poll
+    table = waiting_table([poll, {**poll, "strategy": "block", "wait_cpu": 0.9}])
+    assert table.splitlines()[-1].startswith(f"| 2 | {poll['step_ms']} | {poll['step_ms']} | ")
+    assert " | 0.90 | " in table.splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_the_evaluator_rank_evaluates_the_workers_shards_and_can_stop_the_run(tmp_path):
+    """CartPole, 2 collective workers + an evaluator rank, whose snapshots come from every
+    worker's shard; the first evaluation reaches the (zero) target and stops the run."""
+    run = tmp_path / "run"
+    dba3c("launch", "configs/cartpole.yaml", "--workers", 2, *COLLECTIVE, "--evaluator",
+          "train.max_steps=1000000", "train.max_seconds=240", "eval.every=5",
+          "eval.episodes=2", "eval.target_score=0", "eval.stop_at_target=true",
+          "run.progress=none", "run.checkpoint_every=0", f"run.dir={run}", timeout=300)
+    evals = read_jsonl(run / "eval.jsonl")
+    assert evals and all(e["step"] % 5 == 0 and e["episodes"] == 2 for e in evals)
+    done = summary(run)
+    assert done["stop_reason"] == "eval.target_score=0 reached"
+    assert done["target_step"] == evals[0]["step"]
+    assert ckpt_steps(run) == [done["final_step"]] and done["final_step"] > evals[0]["step"]

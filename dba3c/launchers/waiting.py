@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -84,10 +85,13 @@ def measure(strategy: str, num_params: int, rounds: int, late_s: float) -> dict 
 
 
 def run_point(ranks: int, strategy: str, num_params: int, rounds: int, late_ms: float) -> dict:
-    """One point: ``mpiexec -n RANKS`` of this module; the figures rank 0 printed."""
-    cmd = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "dba3c.launchers.waiting",
-           "--rank-of-point", strategy, "--params", str(num_params), "--rounds", str(rounds),
-           "--late-ms", str(late_ms)]
+    """One point: ``mpiexec -n RANKS`` of this module (with ``DBA3C_MPIEXEC_ARGS`` as
+    ``dba3c launch`` takes them, e.g. the emulated cluster's hosts); the figures rank 0
+    printed."""
+    extra = shlex.split(os.environ.get("DBA3C_MPIEXEC_ARGS", ""))
+    cmd = [find_mpiexec(), *extra, "-n", str(ranks), sys.executable, "-m",
+           "dba3c.launchers.waiting", "--rank-of-point", strategy, "--params",
+           str(num_params), "--rounds", str(rounds), "--late-ms", str(late_ms)]
     env = dict(os.environ, MPIR_CVAR_CH4_CMA_ENABLE="1")  # as `dba3c launch` sets it
     load = os.getloadavg()[0]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True,
