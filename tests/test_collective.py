@@ -293,6 +293,25 @@ def test_a_checkpoint_resumes_in_the_other_mode(tmp_path):
     assert_adam_of_the_mean(run, 12, lambda v: [0, 1] if 4 <= v < 8 else [0, 2])
 
 
+def test_what_needs_parameter_servers_is_refused_with_one_line_before_any_work(tmp_path):
+    run = tmp_path / "run"
+    proc = dba3c("launch", "configs/cartpole.yaml", "--workers", 2, "dist.aggregation=collective",
+                 "dist.mode=async", f"run.dir={run}", check=False, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: dist.ps=1 has no meaning with dist.aggregation="
+                               "collective"), lines
+    assert "dist.mode=async needs dist.aggregation: ps" in lines[0]
+    assert not run.exists()
+
+
+def test_the_slurm_layout_check_counts_no_parameter_servers():
+    check = [sys.executable, "-m", "dba3c.launchers.slurm_check", "configs/breakout_64.yaml",
+             "65", "dist.workers=0", "dist.aggregation=collective", "dist.ps=0"]
+    out = subprocess.run(check, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "rank 1: evaluator; ranks 2-64: workers; workers: 64" in out
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR2], ids=lambda s: s.name)
 def test_a_signal_stops_a_collective_run_with_a_checkpoint_and_it_resumes_bit_for_bit(
         tmp_path, sig):
