@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dba3c.adam import AdamState
+from dba3c.checkpoint import checkpoint_due
 from dba3c.config import Config, TrainConfig
 from dba3c.core import EvalSchedule, Params, ShardServer
 from dba3c.distributed import (
@@ -179,12 +180,6 @@ class Snapshots:
         buf = message(0)
         header(buf)[0] = -1
         self.sender.send(buf, self.evaluators, SNAPSHOT)
-
-
-def checkpoint_due(cfg: Config, step: int, start_step: int) -> bool:
-    """Whether the shards' state at ``step`` goes into a checkpoint (as the chief decides)."""
-    every = cfg.run.checkpoint_every
-    return bool(every) and step % every == 0 and step > start_step
 
 
 class CollectiveChiefLink:
@@ -362,7 +357,8 @@ def run_collective_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec
         if watch is not None:
             watch.clock.progress(time.monotonic())
         sender.send(np.append(report_vector(report, False), t.rank), [0], STATS)
-        if checkpoint_due(cfg, params.version, start_step) and not client.stopping:
+        if checkpoint_due(cfg.run.checkpoint_every, params.version, start_step) \
+                and not client.stopping:
             sender.send(state_message(shard, final=False), [0], STATE)
         snapshots.after_step(shard)
         return client.stopping
@@ -405,7 +401,7 @@ def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
         chief.extra["train/nonfinite_skipped"] = shard.stats.nonfinite_skipped
         link.on_step(params.version)
         chief.on_step(params.version)
-        if checkpoint_due(cfg, params.version, chief.start_step) and not client.stopping:
+        if chief.checkpoint_due(params.version) and not client.stopping:
             link.own_state(shard, final=False)
         snapshots.after_step(shard)
         if evaluator is not None:
