@@ -15,9 +15,11 @@ One synchronous step t, in :meth:`CollectiveClient.push`:
   3. an allgather of the updated shards: every rank holds theta_{t+1} and trains on it.
 
 While a rank waits in a collective its actor thread keeps simulating (``dba3c.worker``);
-waiting polls the requests with a short, growing sleep (:func:`~dba3c.transport.wait_until`),
-so a waiting rank does not spin a core (docs/benchmarks.md measures it against MPI's
-blocking wait).
+waiting polls the requests with sleeps of at most ``WAIT_MAX_SLEEP_S``
+(:func:`~dba3c.transport.wait_until`), so a waiting rank does not spin a core. The sleeps are
+shorter than elsewhere because a nonblocking collective advances from one round of its
+algorithm to the next only inside an MPI call: docs/benchmarks.md measured 50 us sleeps as
+fast as MPI's blocking wait at a fraction of its CPU, 0.5 ms sleeps up to 50% slower.
 
 Every rank stops at the same step: at ``train.max_steps`` (all know it) or at the step whose
 control vector carried the chief's stop request (a signal, ``train.max_seconds``, the target
@@ -75,6 +77,21 @@ if TYPE_CHECKING:
     from dba3c.chief import Chief
 
 NONFINITE, STOP_REQUESTED = 0, 1  # slots of the control vector reduced with each gradient
+WAIT_MAX_SLEEP_S = 5e-5  # polling a collective: at most 50 us between MPI_Test calls
+IDLE_EVERY_S = 5e-4  # the idle work (the chief's bookkeeping, QUERY answers) runs this often
+
+
+class Throttled:
+    """``fn`` called at most once every ``seconds`` (the first call runs it)."""
+
+    def __init__(self, fn: Callable[[], None], seconds: float):
+        self.fn, self.seconds, self.last = fn, seconds, -float("inf")
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.seconds:
+            self.last = now
+            self.fn()
 
 
 class CollectiveClient:
@@ -89,21 +106,24 @@ class CollectiveClient:
         worker loop raises the error); the other ranks, which reach it at the same step, end
         quietly (one error line per job, not W).
       wants_stop: asked at each step (the chief's stop request).
-      idle: called between polls while waiting (the chief's bookkeeping, answering QUERY).
+      idle: called while waiting, at most every ``IDLE_EVERY_S`` (the chief's bookkeeping,
+        answering QUERY).
     """
 
     def __init__(self, group: Collectives, shard: ShardServer, counts: list[int],
                  train: TrainConfig, *, chief: bool, wants_stop: Callable[[], bool],
                  idle: Callable[[], None] | None = None):
         self.group, self.shard, self.counts, self.train = group, shard, counts, train
-        self.chief, self.wants_stop, self.idle = chief, wants_stop, idle
+        self.chief, self.wants_stop = chief, wants_stop
+        self.idle = None if idle is None else Throttled(idle, IDLE_EVERY_S)
         self.theta = np.zeros(sum(counts), np.float32)
         self._part = np.zeros(counts[group.rank], np.float32)
         self._control = np.zeros(2, np.int64)
         self.stopping = train.reached_max_steps(shard.version)
 
     def _wait(self, *requests: Request) -> None:
-        wait_until(lambda: all([r.test() for r in requests]), self.idle)
+        wait_until(lambda: all([r.test() for r in requests]), self.idle,
+                   max_sleep_s=WAIT_MAX_SLEEP_S)
 
     def _params(self) -> Params:
         self._wait(self.group.iallgather(self.shard.theta_shard, self.theta, self.counts))
