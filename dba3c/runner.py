@@ -34,7 +34,7 @@ def train(config_path: str, overrides: list[str], world_size: int) -> int:
     def run() -> int:
         cfg = load_config(config_path, overrides)
         if world_size > 1:
-            from dba3c.distributed import train_distributed
+            from dba3c.dist.run import train_distributed
 
             return train_distributed(cfg)
         summary = train_single(cfg)

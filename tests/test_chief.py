@@ -6,7 +6,7 @@ import numpy as np
 
 from dba3c.chief import FRACTIONS, Chief
 from dba3c.config import load_config
-from dba3c.distributed import report_dict, report_vector
+from dba3c.dist.wire import report_dict, report_vector
 
 from conftest import ROOT, read_jsonl
 

@@ -17,7 +17,10 @@ import pytest
 
 from dba3c.adam import AdamState, adam_update
 from dba3c.config import from_dict
-from dba3c.distributed import (
+from dba3c.dist.chief_link import ChiefLink
+from dba3c.dist.mailbox import Sender
+from dba3c.dist.ps import run_ps
+from dba3c.dist.wire import (
     CONTROL,
     EVAL,
     FROZEN,
@@ -29,14 +32,11 @@ from dba3c.distributed import (
     STATS,
     STOP,
     STOP_AT,
-    ChiefLink,
-    RemoteParameterClient,
-    Sender,
     header,
     message,
     report_vector,
-    run_ps,
 )
+from dba3c.dist.worker_client import RemoteParameterClient
 from dba3c.params import shard_bounds
 from dba3c.roles import make_roles
 from dba3c.transport import InProcessTransport, wait_until

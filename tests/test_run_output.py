@@ -140,7 +140,7 @@ def test_a_workers_last_report_without_losses_is_logged(tmp_path):
     """A worker's last report comes over STATS with its losses as NaN, read back as None; a
     step logged after it (the final one, typically) averages the losses that were sent. (The
     chief used to fail on it: rank 0 died without the final metrics line.)"""
-    from dba3c.distributed import report_dict, report_vector
+    from dba3c.dist.wire import report_dict, report_vector
 
     chief = make_chief(tmp_path)
     chief.worker_report(0, {**REPORT, "loss/total": 2.0, "perf/policy_lag": 1.0})

@@ -25,7 +25,10 @@ import numpy as np
 import pytest
 
 from dba3c.adam import AdamState
-from dba3c.distributed import STATS, ChiefLink, RemoteParameterClient, report_vector, run_ps
+from dba3c.dist.chief_link import ChiefLink
+from dba3c.dist.ps import run_ps
+from dba3c.dist.wire import STATS, report_vector
+from dba3c.dist.worker_client import RemoteParameterClient
 from dba3c.errors import TrainingError
 from dba3c.models import NetSpec
 from dba3c.roles import make_roles
@@ -213,7 +216,7 @@ def test_sixteen_synthetic_workers_and_four_ps_run_exact_steps_without_tensorflo
     assert proc.returncode == 0, proc.stderr[-3000:]
     world = NUM_WORKERS + NUM_PS
     # every rank reached the protocol (imported it), none imported TensorFlow
-    assert len(re.findall(r"\|\s*dba3c\.distributed$", proc.stderr, re.MULTILINE)) == world
+    assert len(re.findall(r"\|\s*dba3c\.dist\.run$", proc.stderr, re.MULTILINE)) == world
     assert not [line for line in proc.stderr.splitlines() if TF_IMPORT.search(line)]
     peak_mb = int(proc.stdout.split()[-1]) / 1024
     print(f"{world} ranks: {wall:.0f} s, peak RSS of the largest process {peak_mb:.0f} MB")
