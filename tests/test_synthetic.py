@@ -27,7 +27,6 @@ import pytest
 from dba3c.adam import AdamState
 from dba3c.dist.chief_link import ChiefLink
 from dba3c.dist.ps import run_ps
-from dba3c.dist.wire import STATS, report_vector
 from dba3c.dist.worker_client import RemoteParameterClient
 from dba3c.errors import TrainingError
 from dba3c.models import NetSpec
@@ -37,7 +36,7 @@ from dba3c.transport import InProcessTransport, wait_until
 from dba3c.watchdog import StallClock, query_lead, stalled_ranks
 
 from conftest import ROOT, dba3c, latest_checkpoint, read_jsonl
-from test_protocol import FakeChief, N, grad_of, make_cfg
+from test_protocol import FakeChief, N, grad_of, make_cfg, send_final_report
 from test_reliability import Job, descendants, error_lines, wait_for_steps
 
 SYN = ["synthetic.enabled=true", "eval.every=0", "eval.rank=false", "run.progress=none"]
@@ -169,7 +168,7 @@ def test_the_chief_names_a_worker_that_never_says_goodbye_in_process():
         while params is not None:
             params = client.push(params.version, grad_of(rank, params.version))
         if rank == 3:
-            transport.isend(np.append(report_vector({}, final=True), rank), 0, STATS)
+            send_final_report(transport, rank)
             client.close()
 
     error, took = stall_in_process(worker, max_steps=3)

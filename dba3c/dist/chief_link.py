@@ -10,8 +10,17 @@ import numpy as np
 from dba3c.adam import AdamState
 from dba3c.config import Config
 from dba3c.dist.mailbox import Inbox, Sender
-from dba3c.dist.wire import (CONTROL, EVAL, HEADER, PSINFO, QUERY, REPORT_KEYS, STATE, STATS,
-                             STATUS, STOP, STOP_AT, header, message, payload, report_dict)
+from dba3c.dist.wire import (
+    END,
+    Command,
+    ControlMsg,
+    EvalMsg,
+    InfoMsg,
+    ReportMsg,
+    StateMsg,
+    StatusMsg,
+    assemble,
+)
 from dba3c.errors import TrainingError
 from dba3c.params import shard_bounds
 from dba3c.roles import Roles
@@ -29,18 +38,18 @@ class ChiefLink:
         self.t, self.roles, self.cfg, self.chief = t, roles, cfg, chief
         self.bounds = shard_bounds(num_params, len(roles.ps))
         self.sender = Sender(t)
-        self.stats = Inbox(t, ANY_SOURCE, STATS, len(REPORT_KEYS) + 2, np.float64)
-        self.infos = {p: Inbox(t, p, PSINFO, 6, np.float64) for p in roles.ps}
-        self.states = {p: Inbox(t, p, STATE, HEADER + 3 * (hi - lo))
+        self.stats = Inbox(t, ANY_SOURCE, ReportMsg, ReportMsg.SIZE)
+        self.infos = {p: Inbox(t, p, InfoMsg, InfoMsg.SIZE) for p in roles.ps}
+        self.states = {p: Inbox(t, p, StateMsg, StateMsg.size(hi - lo))
                        for p, (lo, hi) in zip(roles.ps, self.bounds)}
-        self.replies = {p: Inbox(t, p, CONTROL, 2, np.int64) for p in roles.ps}
-        self.statuses = {p: Inbox(t, p, STATUS, 2 + roles.num_workers, np.int64)
+        self.replies = {p: Inbox(t, p, ControlMsg, ControlMsg.SIZE) for p in roles.ps}
+        self.statuses = {p: Inbox(t, p, StatusMsg, StatusMsg.size(roles.num_workers))
                          for p in roles.ps}
         self.answers: dict[int, tuple[int, set[int]]] = {}
         self.clock = StallClock(cfg.dist.stall_timeout, time.monotonic())
-        self.evals = (Inbox(t, roles.evaluator, EVAL, cfg.eval.episodes + 2, np.float64)
+        self.evals = (Inbox(t, roles.evaluator, EvalMsg, EvalMsg.size(cfg.eval.episodes))
                       if roles.evaluator is not None else None)
-        self.pending_state: dict[int, dict[int, np.ndarray]] = {}
+        self.pending_state: dict[int, dict[int, StateMsg]] = {}  # version -> PS -> state
         self.final_states: dict[int, int] = {}  # PS rank -> the version it ended at
         # PS rank -> version of its newest PSINFO (the last version it reported)
         self.info_versions: dict[int, int] = {}
@@ -52,11 +61,8 @@ class ChiefLink:
     def send_init(self, step: int, theta: np.ndarray, adam: AdamState) -> None:
         """Hand every PS its shard of the starting parameters and Adam state."""
         for p, (lo, hi) in zip(self.roles.ps, self.bounds):
-            buf = message(3 * (hi - lo))
-            header(buf)[:2] = (step, adam.count)
-            payload(buf)[:] = np.concatenate([theta[lo:hi], adam.m_shard[lo:hi],
-                                              adam.v_shard[lo:hi]])
-            self.sender.send(buf, [p], STATE)
+            self.sender.post(StateMsg(step, adam.count, False, theta[lo:hi],
+                                      adam.m_shard[lo:hi], adam.v_shard[lo:hi]), [p])
 
     @property
     def finished(self) -> bool:
@@ -72,26 +78,23 @@ class ChiefLink:
 
     def poll(self) -> None:
         """Process whatever arrived; send STOP / STOP_AT when the chief wants to stop."""
-        while (vec := self.stats.poll()) is not None:
-            rank = int(vec[-1])
-            report, final = report_dict(vec[:-1])
-            self.chief.worker_report(rank, report)
-            if final:
-                self.final_reports.add(rank)
+        while (report := self.stats.poll()) is not None:
+            self.chief.worker_report(report.rank, report.report)
+            if report.final:
+                self.final_reports.add(report.rank)
                 self.clock.progress(time.monotonic())
-        for p, inbox in self.infos.items():
-            while (info := inbox.poll()) is not None:
+        for p, infos in self.infos.items():
+            while (info := infos.poll()) is not None:
                 self._ps_info(p, info)
-        for p, inbox in self.states.items():
-            while (msg := inbox.poll()) is not None:
-                self._state(p, msg)
-        while self.evals is not None and (res := self.evals.poll()) is not None:
-            step, count = int(res[0]), int(res[1])
-            if step == -1:
+        for p, states in self.states.items():
+            while (state := states.poll()) is not None:
+                self._state(p, state)
+        while self.evals is not None and (result := self.evals.poll()) is not None:
+            if result.step == END:
                 self.evaluator_done = True
                 self.clock.progress(time.monotonic())
             else:
-                self.chief.on_eval(step, list(res[2:2 + count]))
+                self.chief.on_eval(result.step, list(result.scores))
         self._stop_protocol()
         self._watch()
 
@@ -100,12 +103,12 @@ class ChiefLink:
         ``dist.stall_timeout``; at the timeout fail, naming the ranks the run waits on."""
         for p, inbox in self.statuses.items():
             while (status := inbox.poll()) is not None:
-                self.answers[p] = (int(status[0]), set(status[2:2 + status[1]].tolist()))
+                self.answers[p] = (status.version, set(status.ranks))
         now = time.monotonic()
         running = tuple(p for p in self.roles.ps if p not in self.final_states)
         if self.clock.query_due(now) and running:
             self.answers.clear()
-            self.sender.send(np.array([QUERY, 0], np.int64), running, CONTROL)
+            self.sender.post(ControlMsg(Command.QUERY), running)
         if not self.clock.expired(now):
             return
         if running:
@@ -120,36 +123,34 @@ class ChiefLink:
         raise TrainingError(f"no step for {timeout:g} s, waiting on ranks {ranks} ({why}; "
                             f"dist.stall_timeout={timeout:g})")
 
-    def _ps_info(self, p: int, info: np.ndarray) -> None:
-        self.info_versions[p] = int(info[0])
+    def _ps_info(self, p: int, info: InfoMsg) -> None:
+        self.info_versions[p] = info.version
         if p == self.roles.ps[0]:
             extra = self.chief.extra
             extra["dist/replicas"] = self.roles.replicas
-        self.chief.extra[f"dist/dropped_late/ps{p}"] = info[1]
-        self.chief.extra["train/nonfinite_skipped"] = info[2]
-        if self.cfg.dist.mode == "async" and info[4]:
-            self.chief.extra["dist/staleness_mean"] = info[3] / info[4]
-            self.chief.extra["dist/staleness_max"] = info[5]
-        if p == self.roles.ps[0] and int(info[0]) > self.chief.step:
-            self.chief.on_step(int(info[0]))
+        self.chief.extra[f"dist/dropped_late/ps{p}"] = info.dropped_late
+        self.chief.extra["train/nonfinite_skipped"] = info.nonfinite_skipped
+        if self.cfg.dist.mode == "async" and info.staleness_count:
+            self.chief.extra["dist/staleness_mean"] = info.staleness_sum / info.staleness_count
+            self.chief.extra["dist/staleness_max"] = info.staleness_max
+        if p == self.roles.ps[0] and info.version > self.chief.step:
+            self.chief.on_step(info.version)
             self.clock.progress(time.monotonic())
 
-    def _state(self, p: int, msg: np.ndarray) -> None:
-        version, count, final = (int(x) for x in header(msg)[:3])
-        self.pending_state.setdefault(version, {})[p] = msg
-        if final:
-            self.final_states[p] = version
+    def _state(self, p: int, msg: StateMsg) -> None:
+        self.pending_state.setdefault(msg.version, {})[p] = msg
+        if msg.final:
+            self.final_states[p] = msg.version
             self.clock.progress(time.monotonic())
-        shards = self.pending_state[version]
+        shards = self.pending_state[msg.version]
         if len(shards) < len(self.roles.ps):
             return
-        parts = [payload(shards[p]) for p in self.roles.ps]
-        sizes = [hi - lo for lo, hi in self.bounds]
-        theta, m, v = (np.concatenate([part[k * n:(k + 1) * n] for part, n in zip(parts, sizes)])
-                       for k in range(3))
-        if version > self.chief.start_step:
-            self.chief.save_checkpoint(version, theta, m, v, count)
-        del self.pending_state[version]
+        ordered = [shards[p] for p in self.roles.ps]
+        if msg.version > self.chief.start_step:
+            self.chief.save_checkpoint(msg.version, assemble([s.theta_shard for s in ordered]),
+                                       assemble([s.m_shard for s in ordered]),
+                                       assemble([s.v_shard for s in ordered]), msg.adam_count)
+        del self.pending_state[msg.version]
 
     def _stop_protocol(self) -> None:
         """STOP every PS, then STOP_AT the highest version they froze at. A PS that ended by
@@ -160,17 +161,16 @@ class ChiefLink:
         if not self.stop_sent:
             if not self.final_states:  # once one PS ended at train.max_steps, all will
                 self.stop_sent = True
-                self.sender.send(np.array([STOP, 0], np.int64), self.roles.ps, CONTROL)
+                self.sender.post(ControlMsg(Command.STOP), self.roles.ps)
             return
         if self.cfg.dist.mode == "async":
             return
         for p, inbox in self.replies.items():
             if (reply := inbox.poll()) is not None:
-                self.frozen[p] = int(reply[1])
+                self.frozen[p] = reply.argument
         frozen = {**self.frozen, **self.final_states}
         if len(frozen) == len(self.roles.ps):
             self.stop_at_sent = True
             waiting = [p for p in self.roles.ps if p not in self.final_states]
-            self.sender.send(np.array([STOP_AT, max(frozen.values())], np.int64), waiting,
-                             CONTROL)
+            self.sender.post(ControlMsg(Command.STOP_AT, max(frozen.values())), waiting)
 

@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import sys
 import traceback
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from dba3c.config import Config, is_atari
+from dba3c.config import Config, is_atari, validate
 from dba3c.core import Params
 from dba3c.dist.chief_link import ChiefLink
 from dba3c.dist.evaluator import run_evaluator
 from dba3c.dist.mailbox import Sender
 from dba3c.dist.ps import run_ps
-from dba3c.dist.wire import STATS, report_vector
+from dba3c.dist.report import WorkerReport
+from dba3c.dist.wire import ReportMsg
 from dba3c.dist.worker_client import RemoteParameterClient
 from dba3c.errors import TrainingError, UserError
 from dba3c.metrics import next_steps
 from dba3c.models import NetSpec
 from dba3c.roles import Roles, make_roles
-from dba3c.synthetic import check_slow_workers
 from dba3c.transport import Transport, wait_until
 from dba3c.worker import Worker
 
@@ -58,9 +57,9 @@ def run_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
         evaluator = BackgroundEvaluator(cfg, spec)  # no evaluator rank: evaluate in here
         evaluator.start()
 
-    def send_report(params: Params | None, report: dict, final: bool) -> bool:
+    def send_report(params: Params | None, report: WorkerReport, final: bool) -> bool:
         if chief is None:
-            sender.send(np.append(report_vector(report, final), t.rank), [0], STATS)
+            sender.post(ReportMsg(report, final, t.rank), [0])
             sender.idle()
             return False
         chief.worker_report(t.rank, report)
@@ -133,8 +132,8 @@ def train_distributed(cfg: Config) -> int:
     try:
         roles = make_roles(t.size, cfg)
         spec = make_net_spec(cfg.model, *env_spaces(cfg))
-        if cfg.synthetic.enabled:
-            check_slow_workers(cfg.synthetic.slow_workers, roles.num_workers)
+        # the world size fixes the number of workers: check the config again with it
+        validate(replace(cfg, dist=replace(cfg.dist, workers=roles.num_workers)))
     except UserError as e:  # every rank finds the same problem; one reports it
         if t.rank == 0:
             print(f"error: {e}", file=sys.stderr, flush=True)
