@@ -66,6 +66,18 @@ def test_bad_synthetic_settings_are_refused_with_one_line(tmp_path, args, expect
     assert not run.exists()
 
 
+def test_more_slow_workers_than_the_world_gives_are_refused_by_the_config_rule(tmp_path):
+    # no dist.workers: the ranks learn the number of workers from the world size and check
+    # the config again with it (after mpiexec's own "launch:" line)
+    proc = dba3c("launch", "configs/breakout.yaml", "--workers", "2", *SYN,
+                 "synthetic.slow_workers=3", f"run.dir={tmp_path / 'run'}", check=False,
+                 timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error")]
+    assert errors == ["error: synthetic.slow_workers=3 must be <= dist.workers=2"]
+    assert not (tmp_path / "run").exists()
+
+
 def test_synthetic_gradient_is_seeded_small_and_per_rank_and_step():
     g = synthetic_gradient(1000, 3, 5, 7)
     assert g.dtype == np.float32 and g.shape == (1000,)
