@@ -1,8 +1,8 @@
 """Messaging between ranks: one small interface, two implementations.
 
-The parameter-server protocol (``dba3c.distributed``) needs only nonblocking sends and
+The parameter-server protocol (``dba3c.dist``) needs only nonblocking sends and
 receives of NumPy buffers with an integer tag, polled with :meth:`Request.test`. Collective
-aggregation (``dba3c.collective``) also needs nonblocking collectives on a group of ranks
+aggregation (``dba3c.dist.collective``) also needs nonblocking collectives on a group of ranks
 (:meth:`Transport.split` -> :class:`Collectives`: reduce-scatter, allreduce, allgather, all
 summing or concatenating float32 or int64 vectors). :class:`MpiTransport` maps them onto
 mpi4py's buffer-based ``Isend``/``Irecv``, ``Ireduce_scatter``, ``Iallreduce`` and

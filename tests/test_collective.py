@@ -2,10 +2,10 @@
 
 - The transport's collectives: in-process (threads) and MPI (a real mpiexec world in which
   one rank stays out of the group), against sums and concatenations computed here.
-- The step (:class:`~dba3c.collective.CollectiveClient`) on the in-process transport: one rank
-  equals the single-process store bit for bit; W ranks equal W workers + P parameter servers
-  within float32 summation-order tolerance after 20 steps; one rank's non-finite gradient
-  makes every shard skip the same step.
+- The step (:class:`~dba3c.dist.collective.CollectiveClient`) on the in-process transport:
+  one rank equals the single-process store bit for bit; W ranks equal W workers + P
+  parameter servers within float32 summation-order tolerance after 20 steps; one rank's
+  non-finite gradient makes every shard skip the same step.
 - Real runs (``dba3c launch``, synthetic-compute ranks: no TensorFlow) against an independent
   float64 Adam: exact ``train.max_steps``; a checkpoint written in one mode resumes in the
   other; SIGTERM / SIGUSR2 stop with a checkpoint and a bit-exact resume; SIGKILL of any rank
@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 
 from dba3c.adam import AdamState
-from dba3c.collective import CollectiveClient, shard_counts
 from dba3c.core import LocalParameterServer, ShardServer
+from dba3c.dist.collective import CollectiveClient, shard_counts
 from dba3c.launchers.local import find_mpiexec
 from dba3c.models import NetSpec
 from dba3c.params import shard_bounds

@@ -3,7 +3,7 @@
 Collective aggregation waits in a reduce-scatter and an allgather every step. A rank can poll
 the nonblocking request (``wait_until``: ``MPI_Test``, then a sleep of 50 us doubling to a
 maximum: 0.5 ms for ``poll``, as most waits in dba3c, 50 us for ``poll-fine``, as the
-collective aggregation's waits, ``dba3c.collective.WAIT_MAX_SLEEP_S``) or block
+collective aggregation's waits, ``dba3c.dist.collective.WAIT_MAX_SLEEP_S``) or block
 in ``MPI_Wait`` (``block``; MPICH busy-polls a core in it). A nonblocking collective only
 advances from one round of its algorithm to the next inside an MPI call, so the sleeps can
 add up to one sleep per round. For each number
@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-from dba3c.collective import WAIT_MAX_SLEEP_S, shard_counts
+from dba3c.dist.collective import WAIT_MAX_SLEEP_S, shard_counts
 from dba3c.launchers.local import find_mpiexec
 from dba3c.transport import MpiRequest, MpiTransport, wait_until
 

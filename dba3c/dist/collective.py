@@ -46,32 +46,26 @@ from dba3c.adam import AdamState
 from dba3c.checkpoint import checkpoint_due
 from dba3c.config import Config, TrainConfig
 from dba3c.core import EvalSchedule, Params, ShardServer
-from dba3c.distributed import (
-    CONTROL,
-    EVAL,
-    HEADER,
-    QUERY,
-    REPORT_KEYS,
-    SNAPSHOT,
-    STATE,
-    STATS,
-    STATUS,
-    Inbox,
-    Sender,
-    header,
-    make_worker,
-    message,
-    payload,
-    report_dict,
-    report_vector,
-    run_evaluator,
+from dba3c.dist.chief_link import ChiefInbox, save_shards
+from dba3c.dist.mailbox import Inbox, Sender, receive_one
+from dba3c.dist.report import WorkerReport
+from dba3c.dist.wire import (
+    END,
+    Command,
+    ControlMsg,
+    ParamsMsg,
+    ReportMsg,
+    StateMsg,
+    StatusMsg,
+    Tag,
 )
 from dba3c.errors import TrainingError
 from dba3c.models import NetSpec
 from dba3c.params import shard_bounds
-from dba3c.roles import Roles, make_roles
+from dba3c.roles import Roles
 from dba3c.transport import Collectives, Request, Transport, wait_until
 from dba3c.watchdog import StallClock
+from dba3c.worker import Worker
 
 if TYPE_CHECKING:
     from dba3c.chief import Chief
@@ -157,23 +151,19 @@ class CollectiveClient:
         return params
 
 
-def state_message(shard: ShardServer, final: bool) -> np.ndarray:
-    """A shard's state as a STATE message: header (version, Adam count, final); payload
-    theta, m, v of the shard (the parameter servers' format)."""
-    n = shard.theta_shard.size
-    buf = message(3 * n)
-    header(buf)[:3] = (shard.version, shard.adam.count, int(final))
-    payload(buf)[:] = np.concatenate([shard.theta_shard, shard.adam.m_shard, shard.adam.v_shard])
-    return buf
+def state_message(shard: ShardServer, final: bool) -> StateMsg:
+    """A shard's state (theta, Adam's m and v) as a parameter server sends it."""
+    return StateMsg(shard.version, shard.adam.count, final, shard.theta_shard,
+                    shard.adam.m_shard, shard.adam.v_shard)
 
 
-def shard_from_message(msg: np.ndarray, cfg: Config) -> ShardServer:
-    """The :class:`ShardServer` a STATE message describes (header: version, Adam count)."""
-    version, count = int(header(msg)[0]), int(header(msg)[1])
-    theta_shard, m_shard, v_shard = np.split(payload(msg).copy(), 3)
-    return ShardServer(theta_shard, AdamState(m_shard, v_shard, count), version, mode="sync",
-                       replicas=1, lr=cfg.train.lr, beta1=cfg.adam.beta1,
-                       beta2=cfg.adam.beta2, epsilon=cfg.adam.epsilon)
+def make_shard(state: StateMsg, cfg: Config) -> ShardServer:
+    """The :class:`ShardServer` (sync, one averaged gradient per step) a state describes."""
+    return ShardServer(state.theta_shard.copy(), AdamState(state.m_shard.copy(),
+                                                           state.v_shard.copy(),
+                                                           state.adam_count),
+                       state.version, mode="sync", replicas=1, lr=cfg.train.lr,
+                       beta1=cfg.adam.beta1, beta2=cfg.adam.beta2, epsilon=cfg.adam.epsilon)
 
 
 class Snapshots:
@@ -186,25 +176,20 @@ class Snapshots:
         self.schedule = EvalSchedule(cfg.eval.every if self.evaluators else 0, self._send)
 
     def _send(self, version: int, theta_shard: np.ndarray) -> None:
-        buf = message(theta_shard.size)
-        header(buf)[0] = version
-        payload(buf)[:] = theta_shard
-        self.sender.send(buf, self.evaluators, SNAPSHOT)
+        self.sender.post(ParamsMsg(version, theta_shard.copy()), self.evaluators, Tag.SNAPSHOT)
 
     def after_step(self, shard: ShardServer) -> None:
         """Send the shard if its version is due for evaluation."""
         self.schedule.after_step(shard.version, shard.theta_shard)
 
     def done(self) -> None:
-        """The run is over: DONE (version -1, header only) to the evaluator."""
-        buf = message(0)
-        header(buf)[0] = -1
-        self.sender.send(buf, self.evaluators, SNAPSHOT)
+        """The run is over: DONE to the evaluator."""
+        self.sender.post(ParamsMsg(END), self.evaluators, Tag.SNAPSHOT)
 
 
 class CollectiveChiefLink:
-    """The chief's side of collective aggregation: the start state out, reports and shard
-    states in, checkpoints assembled, the stall watchdog.
+    """The chief's side of collective aggregation: the start state out, reports, shard
+    states and evaluations in, checkpoints assembled, the stall watchdog.
 
     ``poll`` is the chief's idle work while it waits in a collective or for the last states.
     """
@@ -214,34 +199,26 @@ class CollectiveChiefLink:
         self.bounds = shard_bounds(num_params, roles.num_workers)
         self.others = tuple(r for r in roles.workers if r != t.rank)
         self.sender = Sender(t)
-        self.stats = Inbox(t, -1, STATS, len(REPORT_KEYS) + 2, np.float64)
-        self.states = {r: Inbox(t, r, STATE, HEADER + 3 * (hi - lo))
-                       for r, (lo, hi) in zip(roles.workers, self.bounds) if r != t.rank}
-        self.statuses = {r: Inbox(t, r, STATUS, 2, np.int64) for r in self.others}
-        self.pending_state: dict[int, dict[int, np.ndarray]] = {}
-        self.final_states: set[int] = set()
-        self.final_reports: set[int] = set()
-        self.answers: dict[int, int] = {}  # rank -> its step, answering the last QUERY
         self.clock = StallClock(cfg.dist.stall_timeout, time.monotonic())
+        self.inbox = ChiefInbox(t, roles, cfg, chief, self.clock)
+        self.states = {r: Inbox(t, r, StateMsg, StateMsg.size(hi - lo))
+                       for r, (lo, hi) in zip(roles.workers, self.bounds) if r != t.rank}
+        self.statuses = {r: Inbox(t, r, StatusMsg, StatusMsg.size(0)) for r in self.others}
+        self.pending_state: dict[int, dict[int, StateMsg]] = {}  # version -> rank -> state
+        self.final_states: set[int] = set()
+        self.answers: dict[int, int] = {}  # rank -> its step, answering the last QUERY
         self.step = chief.start_step
-        self.evals = (Inbox(t, roles.evaluator, EVAL, cfg.eval.episodes + 2, np.float64)
-                      if roles.evaluator is not None else None)
-        self.evaluator_done = roles.evaluator is None
 
     def send_start(self, step: int, theta: np.ndarray, adam: AdamState) -> ShardServer:
         """Hand every other training rank its shard of the start state; the chief's own."""
         own = None
         for r, (lo, hi) in zip(self.roles.workers, self.bounds):
-            shard = ShardServer(theta[lo:hi].copy(), AdamState(adam.m_shard[lo:hi].copy(),
-                                                               adam.v_shard[lo:hi].copy(),
-                                                               adam.count), step,
-                                mode="sync", replicas=1, lr=self.cfg.train.lr,
-                                beta1=self.cfg.adam.beta1, beta2=self.cfg.adam.beta2,
-                                epsilon=self.cfg.adam.epsilon)
+            state = StateMsg(step, adam.count, False, theta[lo:hi], adam.m_shard[lo:hi],
+                             adam.v_shard[lo:hi])
             if r == self.t.rank:
-                own = shard
+                own = make_shard(state, self.cfg)
             else:
-                self.sender.send(state_message(shard, final=False), [r], STATE)
+                self.sender.post(state, [r])
         assert own is not None, "the chief is a training rank"
         return own
 
@@ -258,45 +235,27 @@ class CollectiveChiefLink:
     def finished(self) -> bool:
         """Every other rank's final state and final report arrived, the evaluator rank (if
         any) is done, every send completed."""
-        return (len(self.final_states) == len(self.others) and self.evaluator_done
-                and len(self.final_reports) == len(self.others) and self.sender.idle())
+        return (len(self.final_states) == len(self.others) and self.inbox.evaluator_done
+                and len(self.inbox.final_reports) == len(self.others) and self.sender.idle())
 
     def poll(self) -> None:
         """Process what arrived; fail the job when no step completed for the timeout."""
-        while (vec := self.stats.poll()) is not None:
-            rank = int(vec[-1])
-            report, final = report_dict(vec[:-1])
-            self.chief.worker_report(rank, report)
-            if final:
-                self.final_reports.add(rank)
-                self.clock.progress(time.monotonic())
+        self.inbox.poll()
         for r, inbox in self.states.items():
-            while (msg := inbox.poll()) is not None:
-                self._state(r, msg)
-        while self.evals is not None and (res := self.evals.poll()) is not None:
-            step, count = int(res[0]), int(res[1])
-            if step == -1:
-                self.evaluator_done = True
-                self.clock.progress(time.monotonic())
-            else:
-                self.chief.on_eval(step, list(res[2:2 + count]))
+            while (state := inbox.poll()) is not None:
+                self._state(r, state)
         self._watch()
 
-    def _state(self, rank: int, msg: np.ndarray) -> None:
-        version, count, final = (int(x) for x in header(msg)[:3])
-        if final and rank != self.t.rank:
+    def _state(self, rank: int, state: StateMsg) -> None:
+        if state.final and rank != self.t.rank:
             self.final_states.add(rank)
             self.clock.progress(time.monotonic())
-        shards = self.pending_state.setdefault(version, {})
-        shards[rank] = msg
+        shards = self.pending_state.setdefault(state.version, {})
+        shards[rank] = state
         if len(shards) < self.roles.num_workers:
             return
-        parts = [payload(shards[r]) for r in self.roles.workers]
-        theta, m, v = (np.concatenate([np.split(part, 3)[k] for part in parts])
-                       for k in range(3))
-        if version > self.chief.start_step:
-            self.chief.save_checkpoint(version, theta, m, v, count)
-        del self.pending_state[version]
+        save_shards(self.chief, [shards[r] for r in self.roles.workers])
+        del self.pending_state[state.version]
 
     def _watch(self) -> None:
         """Ask every rank where it is shortly before the timeout; at the timeout name those
@@ -304,11 +263,11 @@ class CollectiveChiefLink:
         one is the rank the others wait for (stopped, or stuck before its gradient)."""
         for r, inbox in self.statuses.items():
             while (status := inbox.poll()) is not None:
-                self.answers[r] = int(status[0])
+                self.answers[r] = status.version
         now = time.monotonic()
         if self.clock.query_due(now):
             self.answers.clear()
-            self.sender.send(np.array([QUERY, self.step], np.int64), self.others, CONTROL)
+            self.sender.post(ControlMsg(Command.QUERY, self.step), self.others)
         if not self.clock.expired(now):
             return
         silent = [r for r in self.others if r not in self.answers]
@@ -326,14 +285,14 @@ class RankWatch:
 
     def __init__(self, t: Transport, timeout_s: float, shard: ShardServer):
         self.sender, self.timeout_s, self.shard = Sender(t), timeout_s, shard
-        self.control = Inbox(t, 0, CONTROL, 2, np.int64)
+        self.control = Inbox(t, 0, ControlMsg, ControlMsg.SIZE)
         self.clock = StallClock(2 * timeout_s, time.monotonic())
 
     def poll(self) -> None:
         """Answer a QUERY; raise TrainingError once the clock expired."""
         while (command := self.control.poll()) is not None:
-            if command[0] == QUERY:
-                self.sender.send(np.array([self.shard.version, 0], np.int64), [0], STATUS)
+            if command.command == Command.QUERY:
+                self.sender.post(StatusMsg(self.shard.version, ()), [0])
         if self.clock.expired(time.monotonic()):
             raise TrainingError(
                 f"no step for {2 * self.timeout_s:g} s at step {self.shard.version}, and the "
@@ -341,16 +300,18 @@ class RankWatch:
                 f"{self.timeout_s:g}: the chief names a stalled rank after one timeout)")
 
 
-def run_collective_rank(t: Transport, cfg: Config, spec: NetSpec) -> None:
-    """Play this rank's role in collective aggregation to the end of the run."""
-    roles = make_roles(t.size, cfg)
+def run_collective_rank(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
+                        make_worker: Callable[[], Worker]) -> bool:
+    """Play this rank's part of collective aggregation to the end of the run, if it is a
+    worker; False on the evaluator rank (which plays its usual role)."""
     group = t.split(t.rank in roles.workers)
-    if group is None:  # the evaluator rank: snapshots come from every worker's shard
-        run_evaluator(t, roles, cfg, spec)
-    elif t.rank == 0:
-        run_collective_chief(t, roles, cfg, spec, group)
+    if group is None:
+        return False
+    if t.rank == 0:
+        run_collective_chief(t, roles, cfg, spec, group, make_worker())
     else:
-        run_collective_worker(t, roles, cfg, spec, group)
+        run_collective_worker(t, roles, cfg, spec, group, make_worker())
+    return True
 
 
 def shard_counts(num_params: int, num_shards: int) -> list[int]:
@@ -359,40 +320,37 @@ def shard_counts(num_params: int, num_shards: int) -> list[int]:
 
 
 def run_collective_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
-                          group: Collectives) -> None:
+                          group: Collectives, worker: Worker) -> None:
     """A training rank other than the chief: its shard arrives from the chief; each step's
     report and the checkpoint steps' shard state go to the chief."""
     counts = shard_counts(spec.layout().num_params, group.size)
-    start = message(3 * counts[group.rank])
-    wait_until(t.irecv(start, 0, STATE).test)
-    shard = shard_from_message(start, cfg)
+    shard = make_shard(receive_one(t, 0, StateMsg, StateMsg.size(counts[group.rank])), cfg)
     start_step = shard.version
     watch = RankWatch(t, cfg.dist.stall_timeout, shard) if cfg.dist.stall_timeout else None
     client = CollectiveClient(group, shard, counts, cfg.train, chief=False,
                               wants_stop=lambda: False, idle=watch.poll if watch else None)
-    worker = make_worker(cfg, t.rank, spec, roles)
     sender, snapshots = Sender(t), Snapshots(t, roles, cfg)
 
-    def after_step(params: Params, report: dict) -> bool:
+    def after_step(params: Params, report: WorkerReport) -> bool:
         if watch is not None:
             watch.clock.progress(time.monotonic())
-        sender.send(np.append(report_vector(report, False), t.rank), [0], STATS)
+        sender.post(ReportMsg(report, False, t.rank), [0])
         if checkpoint_due(cfg.run.checkpoint_every, params.version, start_step) \
                 and not client.stopping:
-            sender.send(state_message(shard, final=False), [0], STATE)
+            sender.post(state_message(shard, final=False), [0])
         snapshots.after_step(shard)
         return client.stopping
 
     worker.train(client, after_step)
-    sender.send(np.append(report_vector(worker.report({}, 0.0), True), t.rank), [0], STATS)
-    sender.send(state_message(shard, final=True), [0], STATE)
+    sender.post(ReportMsg(worker.report({}, 0.0), True, t.rank), [0])
+    sender.post(state_message(shard, final=True), [0])
     snapshots.done()
     wait_until(lambda: sender.idle() and snapshots.sender.idle(),
                watch.poll if watch else None)
 
 
 def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
-                         group: Collectives) -> None:
+                         group: Collectives, worker: Worker) -> None:
     """Rank 0: resume or initialise, hand every rank its shard, train, log, checkpoint and
     evaluate, and gather the final state."""
     from dba3c.checkpoint import load_start
@@ -407,7 +365,6 @@ def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
     client = CollectiveClient(group, shard, shard_counts(spec.layout().num_params, group.size),
                               cfg.train, chief=True,
                               wants_stop=lambda: chief.stop_reason is not None, idle=link.poll)
-    worker = make_worker(cfg, t.rank, spec, roles)
     snapshots = Snapshots(t, roles, cfg)
     evaluator = None
     if cfg.eval.every and roles.evaluator is None:  # no evaluator rank: evaluate in here
@@ -416,7 +373,7 @@ def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
         evaluator = BackgroundEvaluator(cfg, spec)
         evaluator.start()
 
-    def after_step(params: Params, report: dict) -> bool:
+    def after_step(params: Params, report: WorkerReport) -> bool:
         chief.worker_report(t.rank, report)
         chief.extra["train/nonfinite_skipped"] = shard.stats.nonfinite_skipped
         link.on_step(params.version)
