@@ -36,6 +36,12 @@ MAGIC = b"DBA3C-CHECKPOINT-1\n"
 NAME = re.compile(r"^step-(\d{10})\.ckpt$")
 
 
+def checkpoint_due(every: int, step: int, start_step: int) -> bool:
+    """Whether the state at ``step`` is written: every ``every`` steps (``run.checkpoint_every``,
+    0 = never), past the step the run started from."""
+    return bool(every) and step % every == 0 and step > start_step
+
+
 @dataclass
 class Checkpoint:
     """Everything needed to resume bit-exactly.

@@ -99,8 +99,7 @@ class Chief:
 
     def checkpoint_due(self, step: int) -> bool:
         """Whether the state at ``step`` should be written."""
-        every = self.cfg.run.checkpoint_every
-        return bool(every) and step % every == 0 and step > self.start_step
+        return checkpoint.checkpoint_due(self.cfg.run.checkpoint_every, step, self.start_step)
 
     def save_checkpoint(self, step: int, theta: np.ndarray, adam_m: np.ndarray,
                         adam_v: np.ndarray, adam_count: int) -> Path:

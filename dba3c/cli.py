@@ -88,6 +88,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-scale", type=float, default=10.0,
                    help="--scale: s, workers wait T_c x s per step and 10 Gb/s links run "
                    "at 10/s Gb/s (100 Gb/s links at 5 x s; default 10)")
+    p.add_argument("--aggregation", choices=("ps", "collective"), default=None,
+                   help="--scale: ps (the default grid: workers x parameter servers) or "
+                   "collective (workers without parameter servers, dist.aggregation)")
 
     sub.add_parser("submit", help="submit to Slurm with submitit (see `dba3c submit --help`)")
 
@@ -255,7 +258,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise UserError(f"--time-scale {args.time_scale:g} must be at least 1")
         table = scale_command(args.config, args.overrides, args.quick, args.compute_ms,
                               args.time_scale, Path(args.out).with_name(SCALE_JSON),
-                              Path(args.docs))
+                              Path(args.docs), args.aggregation or "ps")
+    elif args.aggregation is not None:
+        raise UserError(f"--aggregation {args.aggregation} is a --scale option (give --scale)")
     elif args.long is None:
         table = bench_command(args.config, args.overrides, args.quick, Path(args.out),
                               Path(args.docs))

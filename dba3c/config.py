@@ -130,7 +130,11 @@ class DistConfig:
     """The cluster layout and the gradient-aggregation protocol."""
 
     mode: str = _opt("sync", _one_of("sync", "async"), "synchronous or asynchronous updates")
-    ps: int = _opt(1, POSITIVE, "parameter servers (shards of the model)")
+    aggregation: str = _opt("ps", _one_of("ps", "collective"), "ps: dedicated parameter-server "
+                            "ranks (paper); collective: the training ranks hold the shards "
+                            "(reduce-scatter, Adam, allgather)")
+    ps: int = _opt(1, NON_NEGATIVE, "parameter servers (shards of the model); 0 with "
+                   "dist.aggregation=collective")
     workers: int = _opt(0, NON_NEGATIVE, "ranks computing gradients; 0 = from the world size")
     replicas_to_aggregate: int = _opt(0, NON_NEGATIVE, "gradients per step; 0 = all workers")
     chief_trains: bool = _opt(True, None, "rank 0 computes gradients too")
@@ -317,11 +321,37 @@ def _cross_field_errors(cfg: Config) -> list[str]:
     if cfg.dist.mode == "async" and cfg.dist.replicas_to_aggregate not in (0, 1):
         errors.append(f"dist.replicas_to_aggregate={cfg.dist.replicas_to_aggregate} has no "
                       f"meaning in dist.mode=async (use 0)")
+    errors += _aggregation_errors(cfg)
     if cfg.synthetic.enabled:
         errors += _synthetic_errors(cfg)
     if cfg.train.max_steps == 0 and cfg.train.max_seconds == 0:
         errors.append("train.max_steps=0 and train.max_seconds=0: the run would never end "
                       "(set at least one)")
+    return errors
+
+
+def _aggregation_errors(cfg: Config) -> list[str]:
+    """What each ``dist.aggregation`` cannot do: collective aggregation has no parameter-server
+    ranks, no backup workers, no asynchronous mode and a training chief."""
+    dist = cfg.dist
+    if dist.aggregation == "ps":
+        return [] if dist.ps else ["dist.ps=0 must be at least 1 with dist.aggregation=ps "
+                                   "(dist.ps=0 goes with dist.aggregation=collective)"]
+    needs_ps = "needs dist.aggregation: ps"
+    errors = []
+    if dist.ps:
+        errors.append(f"dist.ps={dist.ps} has no meaning with dist.aggregation=collective (the "
+                      f"training ranks hold the shards): set dist.ps=0, or use "
+                      f"dist.aggregation: ps")
+    if dist.mode == "async":
+        errors.append(f"dist.mode=async {needs_ps} (collective steps are synchronous)")
+    if dist.replicas_to_aggregate and dist.replicas_to_aggregate != dist.workers:
+        errors.append(f"dist.replicas_to_aggregate={dist.replicas_to_aggregate} (backup "
+                      f"workers) {needs_ps} (collective aggregation averages every rank's "
+                      f"gradient: use 0)")
+    if not dist.chief_trains:
+        errors.append(f"dist.chief_trains=false {needs_ps} (with collective aggregation the "
+                      f"chief is a training rank)")
     return errors
 
 

@@ -4,6 +4,10 @@ Rank 0 is the chief; ranks 1..P are parameter servers; then the evaluator rank i
 ``eval.rank``; the remaining ranks are workers. When ``dist.chief_trains`` the chief computes
 gradients too and counts as a worker. World size = W + P (+1 if the chief does not train)
 (+1 for an evaluator). World size 1 is the single-node trainer.
+
+With ``dist.aggregation: collective`` there are no parameter-server ranks (P = 0): every
+worker (the chief included) holds one shard of the model and its Adam state, so the shards'
+owners are the workers (:attr:`Roles.shard_owners`).
 """
 
 from __future__ import annotations
@@ -27,11 +31,18 @@ class Roles:
     workers: tuple[int, ...]
     evaluator: int | None
     replicas: int  # gradients aggregated per synchronous step
+    aggregation: str = "ps"  # dist.aggregation: ps or collective
 
     @property
     def num_workers(self) -> int:
         """Ranks computing gradients."""
         return len(self.workers)
+
+    @property
+    def shard_owners(self) -> tuple[int, ...]:
+        """The ranks holding the model's shards, in shard order: the parameter servers, or
+        with collective aggregation the workers."""
+        return self.workers if self.aggregation == "collective" else self.ps
 
     def role(self, rank: int) -> str:
         """``chief``, ``chief+worker``, ``ps``, ``evaluator`` or ``worker``."""
@@ -47,14 +58,18 @@ class Roles:
             return ["rank 0: single process (simulators, predictor, trainer, Adam)"]
         def span(ranks: Sequence[int]) -> str:
             return f"{ranks[0]}" if len(ranks) == 1 else f"{ranks[0]}-{ranks[-1]}"
-        lines = [f"rank 0: {self.role(0)}", f"ranks {span(self.ps)}: parameter servers "
-                 f"({len(self.ps)} shards)"]
+        lines = [f"rank 0: {self.role(0)}"]
+        if self.ps:
+            lines.append(f"ranks {span(self.ps)}: parameter servers ({len(self.ps)} shards)")
         if self.evaluator is not None:
             lines.append(f"rank {self.evaluator}: evaluator")
         others = [r for r in self.workers if r != 0]
         if others:
             lines.append(f"ranks {span(others)}: workers")
         lines.append(f"workers: {self.num_workers}, gradients per step: {self.replicas}")
+        if self.aggregation == "collective":
+            lines.append(f"collective aggregation: each worker holds one of {self.num_workers} "
+                         f"shards and its Adam state (reduce-scatter, Adam, allgather)")
         return lines
 
 
@@ -81,6 +96,10 @@ def make_roles(world_size: int, cfg: Config) -> Roles:
                         f"{num_workers} workers; need {required_world_size(cfg, cfg.dist.workers)}"
                         f" ranks")
     replicas = cfg.dist.replicas_to_aggregate or num_workers
+    if cfg.dist.aggregation == "collective" and replicas != num_workers:
+        raise UserError(f"dist.replicas_to_aggregate={replicas} (backup workers) needs "
+                        f"dist.aggregation: ps (collective aggregation averages all "
+                        f"{num_workers} workers' gradients; use 0)")
     if cfg.dist.mode == "async":
         replicas = 1
     if replicas > num_workers:
@@ -90,4 +109,4 @@ def make_roles(world_size: int, cfg: Config) -> Roles:
     evaluator = 1 + cfg.dist.ps if cfg.eval.rank else None
     first_worker = 1 + cfg.dist.ps + (1 if cfg.eval.rank else 0)
     workers = ((0,) if cfg.dist.chief_trains else ()) + tuple(range(first_worker, world_size))
-    return Roles(world_size, ps, workers, evaluator, replicas)
+    return Roles(world_size, ps, workers, evaluator, replicas, cfg.dist.aggregation)

@@ -1,9 +1,13 @@
-"""Point-to-point messaging between ranks: one small interface, two implementations.
+"""Messaging between ranks: one small interface, two implementations.
 
-The protocol (``dba3c.dist``) needs only nonblocking sends and receives of NumPy
-buffers with an integer tag, polled with :meth:`Request.test`. :class:`MpiTransport` maps them
-onto mpi4py's buffer-based ``Isend``/``Irecv`` (no pickling); :class:`InProcessTransport` runs a
-world of threads in one process for tests. This is the only module that imports MPI.
+The parameter-server protocol (``dba3c.dist``) needs only nonblocking sends and
+receives of NumPy buffers with an integer tag, polled with :meth:`Request.test`. Collective
+aggregation (``dba3c.dist.collective``) also needs nonblocking collectives on a group of ranks
+(:meth:`Transport.split` -> :class:`Collectives`: reduce-scatter, allreduce, allgather, all
+summing or concatenating float32 or int64 vectors). :class:`MpiTransport` maps them onto
+mpi4py's buffer-based ``Isend``/``Irecv``, ``Ireduce_scatter``, ``Iallreduce`` and
+``Iallgatherv`` (no pickling); :class:`InProcessTransport` runs a world of threads in one
+process for tests. This is the only module that imports MPI.
 
 Waiting never spins: :func:`wait_until` polls with a short, growing sleep (blocking MPI calls
 would keep a core at 100% while waiting).
@@ -20,7 +24,7 @@ import termios
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -50,6 +54,38 @@ class Transport(Protocol):
     def abort(self, code: int) -> None:
         """End the whole world now with a non-zero exit code."""
 
+    def split(self, member: bool) -> Collectives | None:
+        """Called by every rank of the world at the same point: the group of the ranks that
+        pass ``member`` (in world-rank order), or None for the others."""
+
+
+class Collectives(Protocol):
+    """Nonblocking collectives on a group of ``size`` ranks; this is group rank ``rank``.
+
+    Every member starts the same operations in the same order; ``counts[r]`` is group rank
+    r's part of a vector split in contiguous parts. Keep the buffers unchanged (send) and
+    unread (receive) until the request completes.
+    """
+
+    rank: int
+    size: int
+
+    def ireduce_scatter(self, send: np.ndarray, recv: np.ndarray,
+                        counts: Sequence[int]) -> Request:
+        """recv [counts[rank]] = this rank's part of the elementwise sum of every send."""
+
+    def iallreduce(self, send: np.ndarray, recv: np.ndarray) -> Request:
+        """recv = the elementwise sum of every member's send (same shape)."""
+
+    def iallgather(self, send: np.ndarray, recv: np.ndarray,
+                   counts: Sequence[int]) -> Request:
+        """recv [sum(counts)] = every member's send [counts[r]], in group-rank order."""
+
+
+def offsets(counts: Sequence[int]) -> list[int]:
+    """Where each contiguous part of lengths ``counts`` starts."""
+    return [int(x) for x in np.cumsum([0, *counts[:-1]])]
+
 
 def wait_until(done: Callable[[], bool], idle: Callable[[], None] | None = None,
                max_sleep_s: float = 0.0005) -> None:
@@ -75,17 +111,22 @@ class MpiTransport:
         self._recvs: list = []
 
     def isend(self, buf: np.ndarray, dest: int, tag: int) -> Request:
-        return _MpiRequest(self._comm.Isend(buf, dest=dest, tag=tag))
+        return MpiRequest(self._comm.Isend(buf, dest=dest, tag=tag))
 
     def irecv(self, buf: np.ndarray, source: int, tag: int) -> Request:
         src = self._mpi.ANY_SOURCE if source == ANY_SOURCE else source
         request = self._comm.Irecv(buf, source=src, tag=tag)
         self._recvs = [r for r in self._recvs if r] + [request]  # a completed request is falsy
-        return _MpiRequest(request)
+        return MpiRequest(request)
 
     def abort(self, code: int) -> None:
         _drain_output()
         self._comm.Abort(code)
+
+    def split(self, member: bool) -> MpiCollectives | None:
+        """``MPI_Comm_split`` of COMM_WORLD: members keep their world order."""
+        comm = self._comm.Split(0 if member else self._mpi.UNDEFINED, self.rank)
+        return MpiCollectives(comm) if member else None
 
     def barrier(self) -> None:
         """The end of the run: cancel standing receives, then a barrier that sleeps while it
@@ -98,12 +139,42 @@ class MpiTransport:
         wait_until(request.Test)
 
 
-class _MpiRequest:
+class MpiCollectives:
+    """:class:`Collectives` on an MPI communicator (MPI's own algorithms: MPICH picks ring,
+    recursive halving/doubling or pairwise exchange by size)."""
+
+    def __init__(self, comm: Any):
+        from mpi4py import MPI
+
+        self._comm, self._sum = comm, MPI.SUM
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+
+    def ireduce_scatter(self, send: np.ndarray, recv: np.ndarray,
+                        counts: Sequence[int]) -> MpiRequest:
+        return MpiRequest(self._comm.Ireduce_scatter(send, recv, list(counts), op=self._sum))
+
+    def iallreduce(self, send: np.ndarray, recv: np.ndarray) -> MpiRequest:
+        return MpiRequest(self._comm.Iallreduce(send, recv, op=self._sum))
+
+    def iallgather(self, send: np.ndarray, recv: np.ndarray,
+                   counts: Sequence[int]) -> MpiRequest:
+        return MpiRequest(self._comm.Iallgatherv(send, [recv, (list(counts), offsets(counts))]))
+
+
+class MpiRequest:
+    """A pending MPI operation: :meth:`test` polls it; :meth:`wait` is MPI's own blocking
+    wait (MPICH busy-polls a core in it; ``dba3c.launchers.waiting`` measures both)."""
+
     def __init__(self, request: Any):
         self._request = request
 
     def test(self) -> bool:
+        """True once the operation has completed."""
         return bool(self._request.Test())
+
+    def wait(self) -> None:
+        """Block in ``MPI_Wait`` until the operation completes."""
+        self._request.Wait()
 
 
 class _Done:
@@ -130,27 +201,119 @@ class _InProcessRecv:
 
 
 class _World:
-    """Mailboxes of an in-process world: per destination, FIFO (source, tag, bytes)."""
+    """Mailboxes of an in-process world: per destination, FIFO (source, tag, bytes); and the
+    membership votes of each :meth:`InProcessTransport.split` call, in call order."""
 
     def __init__(self, size: int):
         self.size = size
         self.lock = threading.Lock()
         self.boxes: list[deque] = [deque() for _ in range(size)]
         self.aborted: int | None = None
+        self.splits: list[dict[int, bool]] = []
+        self.groups: dict[int, _Group] = {}  # split call number -> its group
+
+    def check(self) -> None:
+        """RuntimeError once a rank aborted the world (ends the other ranks' threads)."""
+        if self.aborted is not None:
+            raise RuntimeError(f"in-process world aborted with code {self.aborted}")
 
     def put(self, dest: int, source: int, tag: int, data: np.ndarray) -> None:
         with self.lock:
             self.boxes[dest].append((source, tag, data))
 
     def take(self, rank: int, source: int, tag: int) -> np.ndarray | None:
-        if self.aborted is not None:
-            raise RuntimeError(f"in-process world aborted with code {self.aborted}")
+        self.check()
         with self.lock:
             for i, (src, t, data) in enumerate(self.boxes[rank]):
                 if t == tag and source in (ANY_SOURCE, src):
                     del self.boxes[rank][i]
                     return data
         return None
+
+
+class _Group:
+    """The shared state of one in-process group: the contributions to each operation, by
+    the operation's sequence number, until every member has read the result."""
+
+    def __init__(self, world: _World, size: int):
+        self.world, self.size = world, size
+        self.ops: dict[int, list[np.ndarray | None]] = {}
+        self.reads: dict[int, int] = {}
+
+    def contribute(self, op: int, rank: int, data: np.ndarray) -> None:
+        with self.world.lock:
+            self.ops.setdefault(op, [None] * self.size)[rank] = data.copy()
+
+    def result(self, op: int) -> list[np.ndarray] | None:
+        """Every member's contribution once all arrived (None before); the last reader
+        frees them."""
+        self.world.check()
+        with self.world.lock:
+            parts = self.ops.get(op)
+            if parts is None or any(p is None for p in parts):
+                return None
+            self.reads[op] = self.reads.get(op, 0) + 1
+            if self.reads[op] == self.size:
+                del self.ops[op], self.reads[op]
+            return [p for p in parts if p is not None]
+
+
+class _GroupRequest:
+    def __init__(self, group: _Group, op: int, finish: Callable[[list[np.ndarray]], None]):
+        self._group, self._op, self._finish, self._done = group, op, finish, False
+
+    def test(self) -> bool:
+        if not self._done:
+            parts = self._group.result(self._op)
+            if parts is not None:
+                self._finish(parts)
+                self._done = True
+        return self._done
+
+
+def _sum(parts: list[np.ndarray]) -> np.ndarray:
+    """The elementwise sum of the parts, added in rank order in their own dtype."""
+    total = parts[0].copy()
+    for part in parts[1:]:
+        total += part
+    return total
+
+
+class InProcessCollectives:
+    """:class:`Collectives` among threads: an operation completes once every member has
+    started it; sums are added in group-rank order."""
+
+    def __init__(self, group: _Group, rank: int):
+        self._group, self.rank, self.size = group, rank, group.size
+        self._next_op = 0
+
+    def _start(self, send: np.ndarray,
+               finish: Callable[[list[np.ndarray]], None]) -> Request:
+        op, self._next_op = self._next_op, self._next_op + 1
+        self._group.contribute(op, self.rank, send)
+        return _GroupRequest(self._group, op, finish)
+
+    def ireduce_scatter(self, send: np.ndarray, recv: np.ndarray,
+                        counts: Sequence[int]) -> Request:
+        start = offsets(counts)[self.rank]
+
+        def finish(parts: list[np.ndarray]) -> None:
+            recv[:] = _sum([p[start:start + counts[self.rank]] for p in parts])
+
+        return self._start(send, finish)
+
+    def iallreduce(self, send: np.ndarray, recv: np.ndarray) -> Request:
+        def finish(parts: list[np.ndarray]) -> None:
+            recv[:] = _sum(parts)
+
+        return self._start(send, finish)
+
+    def iallgather(self, send: np.ndarray, recv: np.ndarray,
+                   counts: Sequence[int]) -> Request:
+        def finish(parts: list[np.ndarray]) -> None:
+            recv[:] = np.concatenate(parts)
+
+        return self._start(send, finish)
 
 
 def _drain_output(timeout_s: float = 2.0) -> None:
@@ -179,6 +342,7 @@ class InProcessTransport:
 
     def __init__(self, world: _World, rank: int):
         self._world, self.rank, self.size = world, rank, world.size
+        self._splits_made = 0
 
     @staticmethod
     def create_world(size: int) -> list[InProcessTransport]:
@@ -196,6 +360,29 @@ class InProcessTransport:
     def abort(self, code: int) -> None:
         self._world.aborted = code
         raise RuntimeError(f"rank {self.rank} aborted the world with code {code}")
+
+    def split(self, member: bool) -> InProcessCollectives | None:
+        """Waits until every rank of the world made this call (like ``MPI_Comm_split``)."""
+        world = self._world
+        world, call = self._world, self._splits_made
+        self._splits_made += 1
+        with world.lock:
+            while len(world.splits) <= call:
+                world.splits.append({})
+            votes = world.splits[call]
+            votes[self.rank] = member
+
+        def everyone_voted() -> bool:
+            world.check()
+            return len(votes) == world.size
+
+        wait_until(everyone_voted)
+        if not member:
+            return None
+        members = sorted(r for r, m in votes.items() if m)
+        with world.lock:  # the first member to get here makes the group for all
+            group = world.groups.setdefault(call, _Group(world, len(members)))
+        return InProcessCollectives(group, members.index(self.rank))
 
     def barrier(self) -> None:
         """No-op: in-process tests join their threads instead."""

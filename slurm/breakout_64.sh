@@ -6,6 +6,8 @@
 #   sbatch slurm/breakout_64.sh                               # the full run
 #   sbatch -N1 -n6 slurm/breakout_64.sh train.max_steps=3     # the same file at tiny scale
 #   DBA3C_OVERRIDES="train.lr=5e-4 run.seed=3" sbatch slurm/breakout_64.sh
+#   sbatch -N 65 -n 65 slurm/breakout_64.sh dist.aggregation=collective dist.ps=0
+#                          # no parameter servers: 64 workers + the evaluator (README)
 #
 # Command-line sbatch options override the #SBATCH lines; script arguments and
 # DBA3C_OVERRIDES are config overrides (KEY=VALUE, applied after the preset).

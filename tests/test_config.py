@@ -361,3 +361,46 @@ def test_roles_describe_names_each_group():
     assert "rank 0: chief" in text and "ranks 1-2: parameter servers (2 shards)" in text
     assert "rank 3: evaluator" in text and "ranks 4-6: workers" in text
     assert "workers: 3, gradients per step: 3" in text
+
+
+# --------------------------------------------------------------------------- aggregation
+
+COLLECTIVE = {"aggregation": "collective", "ps": 0}
+
+
+def test_collective_refuses_what_needs_parameter_servers_all_at_once():
+    with pytest.raises(UserError) as e:
+        from_dict({"dist": {"aggregation": "collective", "ps": 2, "mode": "async",
+                            "workers": 4, "replicas_to_aggregate": 3, "chief_trains": False}})
+    msg = str(e.value)
+    assert "dist.ps=2 has no meaning with dist.aggregation=collective" in msg
+    assert "dist.mode=async needs dist.aggregation: ps" in msg
+    assert "dist.replicas_to_aggregate=3 (backup workers) needs dist.aggregation: ps" in msg
+    assert "dist.chief_trains=false needs dist.aggregation: ps" in msg
+    assert msg.count(";") == 4  # these four, and async's own rule on replicas_to_aggregate
+
+
+def test_ps_aggregation_needs_a_parameter_server_and_collective_none():
+    with pytest.raises(UserError, match="dist.ps=0 must be at least 1 with dist.aggregation=ps"):
+        from_dict({"dist": {"ps": 0}})
+    assert from_dict({"dist": COLLECTIVE}).dist.aggregation == "collective"
+    # all workers' gradients, said explicitly, is no backup worker
+    from_dict({"dist": {**COLLECTIVE, "workers": 4, "replicas_to_aggregate": 4}})
+
+
+def test_collective_roles_have_no_parameter_servers_and_every_worker_owns_a_shard():
+    roles = make_roles(5, cfg_with(dist=COLLECTIVE, eval={"rank": True}))
+    assert roles.ps == () and roles.evaluator == 1 and roles.workers == (0, 2, 3, 4)
+    assert roles.shard_owners == roles.workers and roles.replicas == 4
+    assert required_world_size(cfg_with(dist=COLLECTIVE, eval={"rank": True}), 4) == 5
+    text = "\n".join(roles.describe())
+    assert "parameter servers" not in text and "ranks 2-4: workers" in text
+    assert "each worker holds one of 4 shards" in text
+    ps_roles = make_roles(4, cfg_with(dist={"ps": 2}))
+    assert ps_roles.shard_owners == ps_roles.ps == (1, 2)
+
+
+def test_collective_backup_workers_are_refused_when_the_world_decides_the_count():
+    with pytest.raises(UserError, match="dist.replicas_to_aggregate=2 .backup workers. needs "
+                                        "dist.aggregation: ps"):
+        make_roles(3, cfg_with(dist={**COLLECTIVE, "replicas_to_aggregate": 2}))

@@ -250,6 +250,19 @@ def test_sigterm_then_resume_equals_an_uninterrupted_run_bit_for_bit(tmp_path):
 
 
 # ---- a signal stops a distributed run cleanly ---------------------------------------------
+def assert_stopped_by_signal(job: Job, run: Path, sig: signal.Signals) -> int:
+    """After a distributed job stopped on ``sig``: no process left, the summary names the
+    signal, the only checkpoint is at the final step and the metrics have every step up to
+    it. Returns that step."""
+    time.sleep(0.5)
+    assert not job.survivors(), f"left running: {job.survivors()}"
+    s = summary(run)["final_step"]
+    assert summary(run)["stop_reason"] == f"signal {sig.name}", job.output[-3000:]
+    assert ckpt_steps(run) == [s]
+    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == list(range(1, s + 1))
+    return s
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["launcher", "ctrl-c", "mpiexec"])
 def test_signal_stops_a_distributed_run_with_a_checkpoint_and_it_resumes(tmp_path, target):
@@ -276,12 +289,7 @@ def test_signal_stops_a_distributed_run_with_a_checkpoint_and_it_resumes(tmp_pat
             pid = job.proc.pid if target == "launcher" else job.child("mpiexec")
             rc = stop_with_signal(job, pid, sig, timeout=10)
         assert rc == 0, job.output[-3000:]
-        time.sleep(0.5)
-        assert not job.survivors(), f"left running: {job.survivors()}"
-    s = summary(run)["final_step"]
-    assert summary(run)["stop_reason"] == f"signal {sig.name}", job.output[-3000:]
-    assert ckpt_steps(run) == [s]
-    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == list(range(1, s + 1))
+        s = assert_stopped_by_signal(job, run, sig)
     # resume to s + 3, against a single-process run with the same data to s + 3
     dba3c(*args, f"train.max_steps={s + 3}", f"run.dir={run}")
     ref = tmp_path / "ref"

@@ -12,6 +12,8 @@ from dba3c.launchers.emulated import emulation_problem, link_rate
 from dba3c.launchers.scale import (
     ScalePoint,
     busy_fraction,
+    collective_grid,
+    comm_seconds,
     cpu_times,
     host_seconds,
     model_step_seconds,
@@ -90,6 +92,45 @@ def test_model_step_time_adds_both_ways_of_the_ps_link_to_the_slowest_waited_com
         tc + 2 * 64 * wire / 0.2e9 / 10 + n / 8 * 10e-9 / 10)
 
 
+def collective(workers: int, **kw) -> ScalePoint:
+    """A point of ``--aggregation collective``."""
+    return ScalePoint(workers, 0, aggregation="collective", **kw)
+
+
+def test_model_collective_moves_2_w_minus_1_over_w_vectors_per_node_whatever_w():
+    n, tc = 322_695, 0.0128
+    wire = 4 * n * 1514 / 1448
+    # W = 64 over 10 Gb/s: reduce-scatter + allgather move 2 x 63/64 M through each link,
+    # Adam runs on n/64 floats
+    expected = tc + 2 * 63 / 64 * wire / 1.25e9 + n / 64 * 10e-9 / 10
+    assert model_step_seconds(collective(64), n, tc, 10) == pytest.approx(expected)
+    # efficiency T_c / T_step: 0.86 at 10 Gb/s, 0.98 at 100 Gb/s (ps at P = 4: 0.27)
+    assert tc / expected == pytest.approx(0.856, abs=0.002)
+    assert tc / model_step_seconds(collective(64, link_gbit=100), n, tc, 50) == \
+        pytest.approx(0.984, abs=0.002)
+    # about 2 M per node whatever W: one rank moves nothing, 64 ranks 63/32 of 2 ranks
+    assert comm_seconds(collective(1), n) == 0
+    assert comm_seconds(collective(64), n) / comm_seconds(collective(2), n) == \
+        pytest.approx(63 / 32)
+    # a PS link at P = 4 carries 2 x 64 M / 4 = 32 M, 16 x 64/63 a collective link's bytes
+    assert comm_seconds(ScalePoint(64, 4), n) / comm_seconds(collective(64), n) == \
+        pytest.approx(16 * 64 / 63)
+    # the emulating host carries 2 (W - 1) vectors a step, all nodes together
+    assert host_seconds(collective(64), n, 1.2e9, 10) == pytest.approx(
+        2 * 63 * wire / 1.2e9 / 10)
+
+
+def test_the_collective_grid_has_no_parameter_servers():
+    grid = collective_grid(quick=False)
+    assert len(grid) == len(set(grid))
+    assert all(p.aggregation == "collective" and p.ps == 0 for p in grid)
+    assert "dist.aggregation=collective" in grid[0].overrides()
+    assert [p.workers for p in grid if p.link_gbit == 10 and p.hidden == 128
+            and not p.slow_workers] == [1, 2, 4, 8, 16, 32, 64]
+    assert {p.hidden for p in grid if p.workers == 64} == {32, 128, 256, 512}
+    assert max(p.workers for p in collective_grid(quick=True)) == 16
+
+
 def test_the_emulated_cluster_needs_root(monkeypatch):
     from dba3c.launchers import emulated
 
@@ -164,6 +205,8 @@ def test_table_lists_every_point_with_its_settings():
 
 @pytest.mark.parametrize("point, floor", [(ScalePoint(2, 1), 1.0),
                                           (ScalePoint(2, 1, slow_workers=1, slow_factor=3.0),
+                                           3.0),
+                                          (collective(2, slow_workers=1, slow_factor=3.0),
                                            3.0)])
 def test_a_small_run_steps_no_faster_than_its_slowest_worker(point, floor):
     # T_c 20 ms x s 5 = 100 ms per step (300 ms for a straggler, whom every step waits for)
@@ -173,7 +216,7 @@ def test_a_small_run_steps_no_faster_than_its_slowest_worker(point, floor):
     assert r["efficiency"] == pytest.approx(20.0 / r["step_ms"])
     assert r["data_points_per_s"] == pytest.approx(2 * 32 / (r["step_ms"] / 1000))
     assert r["cpu_busy"] is None or 0.0 <= r["cpu_busy"] <= 1.0
-    assert set(r["peak_rss_mb"]) == {"chief", "ps", "worker"}
+    assert set(r["peak_rss_mb"]) == {"chief", "worker"} | ({"ps"} if point.ps else set())
     assert all(20 < mb <= 150 for mb in r["peak_rss_mb"].values()), r["peak_rss_mb"]
 
 

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -197,9 +198,21 @@ TF_IMPORT = re.compile(r"\|\s*tensorflow(\.\S+)?$")  # importtime lines of real 
 def reference_theta(theta0: np.ndarray, workers: list[int], steps: int) -> np.ndarray:
     """Adam (beta1 0.8, beta2 0.75, epsilon 1e-8, lr 1e-3; float64 here) on the mean of the
     gradients of ``workers``: 1e-3 x standard normals seeded by (seed, rank, step)."""
-    theta, m, v = theta0.astype(np.float64), 0.0, 0.0
-    for t in range(1, steps + 1):
-        g = np.mean([np.random.default_rng([SEED, w, t - 1]).standard_normal(
+    return reference_run(theta0, lambda _step: workers, steps)
+
+
+def reference_run(theta0: np.ndarray, workers_at: Callable[[int], Sequence[int]],
+                  steps: int) -> np.ndarray:
+    """:func:`reference_theta` with the workers of each step given by ``workers_at(version)``
+    (the ranks differ between aggregation modes); an empty list is a skipped step (a
+    non-finite gradient): no update, and Adam's step count does not advance."""
+    theta, m, v, t = theta0.astype(np.float64), 0.0, 0.0, 0
+    for version in range(steps):
+        workers = workers_at(version)
+        if not workers:
+            continue
+        t += 1
+        g = np.mean([np.random.default_rng([SEED, w, version]).standard_normal(
             theta.size, np.float32) * np.float32(1e-3) for w in workers], axis=0,
             dtype=np.float64)
         m = 0.8 * m + 0.2 * g
@@ -262,13 +275,11 @@ def rank_pid(job: Job, rank: int) -> int:
     raise AssertionError(f"rank {rank} not found")
 
 
-@pytest.mark.parametrize("stopped, role", [(4, "worker"), (2, "ps")])
-def test_a_rank_that_stops_answering_ends_the_job_naming_it(tmp_path, stopped, role):
-    run, timeout = tmp_path / "run", 5
-    # chief + worker 0, ps 1-2, workers 3-4
-    with Job("launch", "configs/breakout.yaml", "--workers", 3, "--ps", 2, *SYN,
-             "synthetic.compute_ms=20", "train.max_steps=1000000", "run.log_every=1",
-             "run.checkpoint_every=0", f"dist.stall_timeout={timeout}",
+def stall_error(args: list, run: Path, stopped: int, timeout: float) -> str:
+    """Run ``dba3c ARGS`` (``dist.stall_timeout=TIMEOUT``, ``run.dir=RUN``) until 3 steps are
+    logged, then SIGSTOP rank ``stopped``: the job ends non-zero within ``timeout`` + 30 s
+    with exactly one error line, which says no step came for the timeout; returns it."""
+    with Job(*args, "run.log_every=1", f"dist.stall_timeout={timeout}",
              f"run.dir={run}") as job:
         wait_for_steps(run, job, 3)
         pid = rank_pid(job, stopped)
@@ -284,5 +295,14 @@ def test_a_rank_that_stops_answering_ends_the_job_naming_it(tmp_path, stopped, r
     errors = error_lines(job.output)
     assert len(errors) == 1, job.output[-3000:]
     assert f"no step for {timeout} s, waiting on ranks [{stopped}]" in errors[0], errors
-    assert ("do not answer" if role == "ps" else "no gradient for step") in errors[0]
     assert timeout <= took < timeout + 30, took
+    return errors[0]
+
+
+@pytest.mark.parametrize("stopped, role", [(4, "worker"), (2, "ps")])
+def test_a_rank_that_stops_answering_ends_the_job_naming_it(tmp_path, stopped, role):
+    # chief + worker 0, ps 1-2, workers 3-4
+    error = stall_error(["launch", "configs/breakout.yaml", "--workers", 3, "--ps", 2, *SYN,
+                         "synthetic.compute_ms=20", "train.max_steps=1000000",
+                         "run.checkpoint_every=0"], tmp_path / "run", stopped, timeout=5)
+    assert ("do not answer" if role == "ps" else "no gradient for step") in error

@@ -11,6 +11,8 @@ Reading order, one module per piece:
   worker_client.py  RemoteParameterClient: a worker's pull/push over the PS ranks
   chief_link.py     ChiefLink: the chief's mailboxes, the stop protocol, the stall watchdog
   evaluator.py      EvaluatorRank: plays the newest complete snapshot
+  collective.py     dist.aggregation: collective: no PS ranks; CollectiveClient (reduce-
+                    scatter, Adam on the own shard, allgather), the chief's link, each loop
   run.py            run_rank / train_distributed: each rank plays its role to the end
 
 Synchronous step t: each worker sends its gradient at theta_t to every PS; each PS averages

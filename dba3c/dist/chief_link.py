@@ -31,6 +31,45 @@ if TYPE_CHECKING:
     from dba3c.chief import Chief
 
 
+class ChiefInbox:
+    """What reaches the chief in either aggregation mode: the workers' reports (their final
+    ones counted) and the evaluator rank's results; each final one restarts the stall
+    ``clock``."""
+
+    def __init__(self, t: Transport, roles: Roles, cfg: Config, chief: Chief,
+                 clock: StallClock):
+        self.chief, self.clock = chief, clock
+        self.stats = Inbox(t, ANY_SOURCE, ReportMsg, ReportMsg.SIZE)
+        self.evals = (Inbox(t, roles.evaluator, EvalMsg, EvalMsg.size(cfg.eval.episodes))
+                      if roles.evaluator is not None else None)
+        self.final_reports: set[int] = set()
+        self.evaluator_done = roles.evaluator is None
+
+    def poll(self) -> None:
+        """Hand every report and evaluation that arrived to the chief."""
+        while (report := self.stats.poll()) is not None:
+            self.chief.worker_report(report.rank, report.report)
+            if report.final:
+                self.final_reports.add(report.rank)
+                self.clock.progress(time.monotonic())
+        while self.evals is not None and (result := self.evals.poll()) is not None:
+            if result.step == END:
+                self.evaluator_done = True
+                self.clock.progress(time.monotonic())
+            else:
+                self.chief.on_eval(result.step, list(result.scores))
+
+
+def save_shards(chief: Chief, ordered: list[StateMsg]) -> None:
+    """The checkpoint of the shards' states at one version (in shard order), unless the run
+    started from that version."""
+    version = ordered[0].version
+    if version > chief.start_step:
+        chief.save_checkpoint(version, assemble([s.theta_shard for s in ordered]),
+                              assemble([s.m_shard for s in ordered]),
+                              assemble([s.v_shard for s in ordered]), ordered[0].adam_count)
+
+
 class ChiefLink:
     """The chief's mailboxes: worker reports, PS info and state, evaluations; and STOP."""
 
@@ -38,7 +77,9 @@ class ChiefLink:
         self.t, self.roles, self.cfg, self.chief = t, roles, cfg, chief
         self.bounds = shard_bounds(num_params, len(roles.ps))
         self.sender = Sender(t)
-        self.stats = Inbox(t, ANY_SOURCE, ReportMsg, ReportMsg.SIZE)
+        self.clock = StallClock(cfg.dist.stall_timeout, time.monotonic())
+        self.inbox = ChiefInbox(t, roles, cfg, chief, self.clock)
+        self.final_reports = self.inbox.final_reports
         self.infos = {p: Inbox(t, p, InfoMsg, InfoMsg.SIZE) for p in roles.ps}
         self.states = {p: Inbox(t, p, StateMsg, StateMsg.size(hi - lo))
                        for p, (lo, hi) in zip(roles.ps, self.bounds)}
@@ -46,17 +87,12 @@ class ChiefLink:
         self.statuses = {p: Inbox(t, p, StatusMsg, StatusMsg.size(roles.num_workers))
                          for p in roles.ps}
         self.answers: dict[int, tuple[int, set[int]]] = {}
-        self.clock = StallClock(cfg.dist.stall_timeout, time.monotonic())
-        self.evals = (Inbox(t, roles.evaluator, EvalMsg, EvalMsg.size(cfg.eval.episodes))
-                      if roles.evaluator is not None else None)
         self.pending_state: dict[int, dict[int, StateMsg]] = {}  # version -> PS -> state
         self.final_states: dict[int, int] = {}  # PS rank -> the version it ended at
         # PS rank -> version of its newest PSINFO (the last version it reported)
         self.info_versions: dict[int, int] = {}
-        self.final_reports: set[int] = set()
         self.frozen: dict[int, int] = {}
         self.stop_sent = self.stop_at_sent = False
-        self.evaluator_done = roles.evaluator is None
 
     def send_init(self, step: int, theta: np.ndarray, adam: AdamState) -> None:
         """Hand every PS its shard of the starting parameters and Adam state."""
@@ -73,28 +109,19 @@ class ChiefLink:
         infos_seen = all(self.info_versions.get(p, -1) >= version
                          for p, version in self.final_states.items())
         return (len(self.final_states) == len(self.roles.ps) and infos_seen
-                and self.evaluator_done and len(self.final_reports) == len(self.roles.workers)
+                and self.inbox.evaluator_done
+                and len(self.final_reports) == len(self.roles.workers)
                 and self.sender.idle())
 
     def poll(self) -> None:
         """Process whatever arrived; send STOP / STOP_AT when the chief wants to stop."""
-        while (report := self.stats.poll()) is not None:
-            self.chief.worker_report(report.rank, report.report)
-            if report.final:
-                self.final_reports.add(report.rank)
-                self.clock.progress(time.monotonic())
+        self.inbox.poll()
         for p, infos in self.infos.items():
             while (info := infos.poll()) is not None:
                 self._ps_info(p, info)
         for p, states in self.states.items():
             while (state := states.poll()) is not None:
                 self._state(p, state)
-        while self.evals is not None and (result := self.evals.poll()) is not None:
-            if result.step == END:
-                self.evaluator_done = True
-                self.clock.progress(time.monotonic())
-            else:
-                self.chief.on_eval(result.step, list(result.scores))
         self._stop_protocol()
         self._watch()
 
@@ -115,7 +142,7 @@ class ChiefLink:
             ranks, why = stalled_ranks(self.roles.workers, running, self.answers,
                                        self.info_versions)
         else:  # every shard is final: only the workers' (and evaluator's) goodbyes are due
-            evaluator = (set() if self.evaluator_done or self.roles.evaluator is None
+            evaluator = (set() if self.inbox.evaluator_done or self.roles.evaluator is None
                          else {self.roles.evaluator})
             ranks = sorted(set(self.roles.workers) - self.final_reports | evaluator)
             why = f"no final report from {ranks}"
@@ -145,11 +172,7 @@ class ChiefLink:
         shards = self.pending_state[msg.version]
         if len(shards) < len(self.roles.ps):
             return
-        ordered = [shards[p] for p in self.roles.ps]
-        if msg.version > self.chief.start_step:
-            self.chief.save_checkpoint(msg.version, assemble([s.theta_shard for s in ordered]),
-                                       assemble([s.m_shard for s in ordered]),
-                                       assemble([s.v_shard for s in ordered]), msg.adam_count)
+        save_shards(self.chief, [shards[p] for p in self.roles.ps])
         del self.pending_state[msg.version]
 
     def _stop_protocol(self) -> None:

@@ -1,4 +1,5 @@
-"""The evaluator rank: plays the newest complete snapshot the parameter servers send."""
+"""The evaluator rank: plays the newest complete snapshot the shards' owners send (the
+parameter servers, or with collective aggregation the workers)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ class EvaluatorRank:
         from dba3c.learner import Learner
 
         self.cfg = cfg
-        self.feed = ShardFeed(t, roles.ps, shard_bounds(spec.layout().num_params,
-                                                        len(roles.ps)), Tag.SNAPSHOT)
+        owners = roles.shard_owners  # the parameter servers, or the collective's workers
+        self.feed = ShardFeed(t, owners, shard_bounds(spec.layout().num_params, len(owners)),
+                              Tag.SNAPSHOT)
         self.sender = Sender(t)
         self.learner = Learner(spec, cfg.train, spec.init_params(0))
         self.pool = make_eval_pool(cfg, cfg.eval.episodes)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from dba3c.config import Config, is_atari, validate
 from dba3c.core import Params
 from dba3c.dist.chief_link import ChiefLink
+from dba3c.dist.collective import run_collective_rank
 from dba3c.dist.evaluator import run_evaluator
 from dba3c.dist.mailbox import Sender
 from dba3c.dist.ps import run_ps
@@ -110,6 +111,9 @@ def run_rank(t: Transport, cfg: Config, spec: NetSpec) -> None:
     """Play this rank's role to the end of the run."""
     roles = make_roles(t.size, cfg)
     role = roles.role(t.rank)
+    if cfg.dist.aggregation == "collective" and run_collective_rank(
+            t, roles, cfg, spec, lambda: make_worker(cfg, t.rank, spec, roles)):
+        return  # a worker's part (the evaluator rank plays its usual role below)
     if t.rank == 0:
         run_chief(t, roles, cfg, spec)
     elif role == "ps":

@@ -4,7 +4,9 @@ Every grid point is one ``dba3c launch`` of synthetic workers (no TensorFlow, se
 ``dba3c/synthetic.py``) on the emulated cluster of ``slurm/local-cluster.sh``: one rank per
 emulated node, so every worker and parameter server has its own shaped link. W workers, P
 parameter servers, the paper network at FC H, optionally backup workers (R of W gradients per
-step) and stragglers, over links of 10 or 100 Gb/s. Time is scaled by s: links run at
+step) and stragglers, over links of 10 or 100 Gb/s; or with ``--aggregation collective`` the
+same W without parameter servers (each worker owns a shard: reduce-scatter, Adam,
+allgather). Time is scaled by s: links run at
 rate / s and each worker computes for T_c x s per step, so the many ranks of a 64-worker point
 leave the machine unsaturated; the steady-state step time divided by s estimates the real
 one, and the scaling efficiency is E = T_c / T_step. The machine's CPU use in the steady
@@ -60,7 +62,7 @@ STALL_TIMEOUT_S = 60.0  # a point whose steps stop ends after this, not after th
 class ScalePoint:
     """One run of the grid: W workers, P parameter servers, FC ``hidden``; ``replicas``
     gradients per step (0 = all); the last ``slow_workers`` take ``slow_factor`` x T_c;
-    links of ``link_gbit`` Gb/s."""
+    links of ``link_gbit`` Gb/s; ``aggregation`` ps, or collective (then P = 0)."""
 
     workers: int
     ps: int
@@ -69,12 +71,28 @@ class ScalePoint:
     slow_workers: int = 0
     slow_factor: float = 2.0
     link_gbit: int = 10
+    aggregation: str = "ps"
 
     def overrides(self) -> list[str]:
         """The config overrides of this point."""
         return [f"model.hidden={self.hidden}", f"dist.replicas_to_aggregate={self.replicas}",
                 f"synthetic.slow_workers={self.slow_workers}",
-                f"synthetic.slow_factor={self.slow_factor}"]
+                f"synthetic.slow_factor={self.slow_factor}",
+                f"dist.aggregation={self.aggregation}", f"dist.ps={self.ps}"]
+
+
+def collective_grid(quick: bool) -> list[ScalePoint]:
+    """The points of ``--aggregation collective``: over 10 Gb/s links W at FC 128, FC sizes
+    and stragglers at the largest W; over 100 Gb/s links W at FC 128 (``quick``: up to 16
+    workers)."""
+    sizes, top, fcs = ((1, 4, 16), 16, (32, 512)) if quick else (
+        (1, 2, 4, 8, 16, 32, 64), 64, (32, 256, 512))
+    points = [ScalePoint(w, 0, aggregation="collective") for w in sizes]
+    points += [ScalePoint(top, 0, hidden=h, aggregation="collective") for h in fcs]
+    points.append(ScalePoint(top, 0, slow_workers=top // 16, aggregation="collective"))
+    points += [ScalePoint(w, 0, link_gbit=100, aggregation="collective")
+               for w in sizes if w > 1]
+    return points
 
 
 def scale_grid(quick: bool) -> list[ScalePoint]:
@@ -121,28 +139,42 @@ def model_step_seconds(point: ScalePoint, num_params: int, compute_s: float,
                        time_scale: float, host_bytes_per_s: float | None = None) -> float:
     """The analytic step time of docs/benchmarks.md for a point (seconds, unscaled): the
     compute time (x ``slow_factor`` when a straggler is among the gradients a step waits
-    for), then each PS link carries W gradient shards in and W parameter shards out one
-    after the other (M/P bytes each, TCP/IP headers included; never less than one whole
-    vector through a worker's link), plus Adam on N/P floats, which runs in real time and so
-    shrinks by the time scale in an emulated measurement. With ``host_bytes_per_s`` the
-    transfers take at least :func:`host_seconds` (the emulating host's cores as the limit)."""
+    for), then the transfers (:func:`comm_seconds`), plus Adam on N/P floats (N/W with
+    collective aggregation), which runs in real time and so shrinks by the time scale in an
+    emulated measurement. With ``host_bytes_per_s`` the transfers take at least
+    :func:`host_seconds` (the emulating host's cores as the limit)."""
     waited = point.replicas or point.workers
     slowest = point.slow_factor if point.slow_workers > point.workers - waited else 1.0
-    vector = 4 * num_params * WIRE_PER_PAYLOAD
-    link = point.link_gbit * 1e9 / 8
-    comm = 2 * max(point.workers * vector / point.ps, vector) / link
+    comm = comm_seconds(point, num_params)
     if host_bytes_per_s:
         comm = max(comm, host_seconds(point, num_params, host_bytes_per_s, time_scale))
-    return compute_s * slowest + comm + ADAM_S_PER_PARAM * num_params / point.ps / time_scale
+    shards = point.workers if point.aggregation == "collective" else point.ps
+    return compute_s * slowest + comm + ADAM_S_PER_PARAM * num_params / shards / time_scale
+
+
+def comm_seconds(point: ScalePoint, num_params: int) -> float:
+    """A step's transfer time over links of ``link_gbit`` (M = the vector's bytes with TCP/IP
+    headers). ps: each PS link carries W gradient shards in and W parameter shards out one
+    after the other (2 W M / P; never less than 2 M through a worker's link). collective:
+    the ring reduce-scatter and allgather each move (W - 1)/W M through every node's link,
+    whatever W (MPI's own algorithms for these sizes move the same bytes per node)."""
+    vector = 4 * num_params * WIRE_PER_PAYLOAD
+    link = point.link_gbit * 1e9 / 8
+    if point.aggregation == "collective":
+        return 2 * (point.workers - 1) / point.workers * vector / link
+    return 2 * max(point.workers * vector / point.ps, vector) / link
 
 
 def host_seconds(point: ScalePoint, num_params: int, host_bytes_per_s: float,
                  time_scale: float) -> float:
     """How long the emulating host needs for a step's transfers (seconds, unscaled): every
-    gradient and parameter vector of a step (2 W of them, TCP/IP headers included) goes
-    through its TCP stack and MPI on its few cores at ``host_bytes_per_s``, in real time, so
-    divided by the time scale. A real cluster spreads that work over its nodes."""
-    return 2 * point.workers * 4 * num_params * WIRE_PER_PAYLOAD / host_bytes_per_s / time_scale
+    byte of a step (ps: 2 W vectors; collective: 2 (W - 1) vectors over all nodes, TCP/IP
+    headers included) goes through its TCP stack and MPI on its few cores at
+    ``host_bytes_per_s``, in real time, so divided by the time scale. A real cluster spreads
+    that work over its nodes."""
+    vectors = (2 * (point.workers - 1) if point.aggregation == "collective"
+               else 2 * point.workers)
+    return vectors * 4 * num_params * WIRE_PER_PAYLOAD / host_bytes_per_s / time_scale
 
 
 def steady_step_seconds(metrics: list[dict], warmup: int) -> float:
@@ -274,27 +306,30 @@ def point_label(point: ScalePoint) -> str:
     """W, P, FC, backups, stragglers and link of a point, for progress lines."""
     extra = (f" R={point.replicas}" if point.replicas else "") + (
         f" {point.slow_workers} slow x{point.slow_factor:g}" if point.slow_workers else "")
-    return (f"W={point.workers} P={point.ps} FC={point.hidden}{extra} "
+    servers = "collective" if point.aggregation == "collective" else f"P={point.ps}"
+    return (f"W={point.workers} {servers} FC={point.hidden}{extra} "
             f"link {point.link_gbit} Gb/s")
 
 
 def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
-              time_scale: float,
+              time_scale: float, aggregation: str = "ps",
               progress: Callable[[str], None] = lambda text: print(text, file=sys.stderr,
                                                                    flush=True),
               partial: Callable[[dict], None] = lambda results: None) -> dict:
     """Every point of the grid on the emulated cluster (started with as many nodes as the
     largest point has ranks, reshaped per link rate, stopped at the end); the results as
     one JSON-able dict, also handed to ``partial`` after each point. A point that fails is
-    recorded with its error and the grid goes on."""
+    recorded with its error and the grid goes on. ``aggregation`` collective measures
+    :func:`collective_grid` instead."""
     from dba3c.launchers.bench import machine_description
 
     require_emulation()  # before anything is printed or started
-    grid = scale_grid(quick)
+    grid = collective_grid(quick) if aggregation == "collective" else scale_grid(quick)
     source = "--compute-ms" if compute_ms else COMPUTE_MS_SOURCE
     compute_ms = compute_ms or DEFAULT_COMPUTE_MS
     results: dict[str, Any]  # JSON
     results = {"config": config, "overrides": list(overrides), "quick": quick,
+               "aggregation": aggregation,
                "date": date.today().isoformat(), "machine": machine_description(),
                "compute_ms": compute_ms, "compute_ms_source": source, "time_scale": time_scale,
                "links": "emulated cluster: one rank per network namespace, htb-shaped veth "
@@ -339,7 +374,8 @@ def scale_table(r: dict, command: str) -> str:
     for p in r["points"]:
         backup = f"{p['replicas']}/{p['workers']}" if p["replicas"] else "all"
         slow = (f"{p['slow_workers']} x{p['slow_factor']:g}" if p["slow_workers"] else "none")
-        head = (f"| {p['link_gbit']} | {p['time_scale']:g} | {p['workers']} | {p['ps']} | "
+        servers = "coll." if p.get("aggregation") == "collective" else p["ps"]
+        head = (f"| {p['link_gbit']} | {p['time_scale']:g} | {p['workers']} | {servers} | "
                 f"{p['hidden']} | {backup} | {slow} |")
         if "error" in p:
             rows.append(f"{head} failed | | | | | | | |")
@@ -351,7 +387,9 @@ def scale_table(r: dict, command: str) -> str:
         rows.append(f"{head} {p['step_ms']:.1f} | {models} | {p['efficiency']:.2f} | "
                     f"{p['data_points_per_s']:.0f} | {cpu} | {rss:.0f} |")
     return "\n".join([
-        (f"## `dba3c bench --scale{' --quick' if r['quick'] else ''}` on {r['date']} "
+        (f"## `dba3c bench --scale{' --quick' if r['quick'] else ''}"
+         f"{' --aggregation collective' if r.get('aggregation') == 'collective' else ''}` "
+         f"on {r['date']} "
          f"(emulated cluster)"), "",
         f"Command: `{command}`  ", (f"Machine: {r['machine']}; config `{r['config']}` "
                                     f"{' '.join(r['overrides'])}"), "",
@@ -370,7 +408,8 @@ def scale_table(r: dict, command: str) -> str:
 
 
 def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
-                  time_scale: float, out_json: Path, docs: Path) -> str:
+                  time_scale: float, out_json: Path, docs: Path,
+                  aggregation: str = "ps") -> str:
     """Run the grid, write ``out_json`` and append the markdown section to ``docs``; return
     the section. While it runs, the points so far are in ``NAME.partial.json`` beside
     ``out_json``."""
@@ -381,11 +420,13 @@ def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: fl
         write_atomic(out_json.with_suffix(".partial.json"),
                      (json.dumps(results, indent=1) + "\n").encode())
 
-    results = run_scale(config, overrides, quick, compute_ms, time_scale, partial=partial)
+    results = run_scale(config, overrides, quick, compute_ms, time_scale, aggregation,
+                        partial=partial)
     out_json.with_suffix(".partial.json").unlink(missing_ok=True)
     options = (" --scale" + (" --quick" if quick else "")
                + (f" --compute-ms {compute_ms:g}" if compute_ms else "")
-               + f" --time-scale {time_scale:g}")
+               + f" --time-scale {time_scale:g}"
+               + (" --aggregation collective" if aggregation == "collective" else ""))
     table = scale_table(results, _command_line(options, config, overrides))
     _record(results, table, out_json, docs)
     return table
