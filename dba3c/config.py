@@ -101,7 +101,10 @@ class TrainConfig:
     gamma: float = _opt(0.99, UNIT, "discount")
     entropy_beta: float = _opt(0.01, NON_NEGATIVE, "entropy bonus weight")
     value_weight: float = _opt(0.5, NON_NEGATIVE, "value loss weight")
-    lr: float = _opt(1e-3, _between(0, 1, lo_open=True), "Adam learning rate")
+    lr: float = _opt(1e-3, _between(0, 1, lo_open=True),
+                     "learning rate of optim.kind (Adam or RMSProp)")
+    lr_schedule: str = _opt("constant", _one_of("constant", "linear"),
+                            "constant, or linear decay to 0 at max_steps (applied on the shards)")
     grad_clip: float = _opt(0.1, NON_NEGATIVE, "clip threshold; 0 = off")
     grad_clip_mode: str = _opt("average_norm", _one_of("average_norm", "global_norm"),
                                "per-tensor average norm (paper) or global norm")
@@ -123,6 +126,23 @@ class AdamConfig:
     beta1: float = _opt(0.8, _between(0, 1, hi_open=True), "first-moment decay")
     beta2: float = _opt(0.75, _between(0, 1, hi_open=True), "second-moment decay")
     epsilon: float = _opt(1e-8, _between(0, 1, lo_open=True), "denominator guard")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """The parameter servers' update rule (paper: Adam; A3C and PAAC: RMSProp)."""
+
+    kind: str = _opt("adam", _one_of("adam", "rmsprop"), "update rule; its settings: adam.* "
+                     "or rmsprop.*, its rate: train.lr")
+
+
+@dataclass(frozen=True)
+class RMSPropConfig:
+    """Non-centered RMSProp, epsilon inside the square root (A3C: alpha 0.99; PAAC: eps 0.1)."""
+
+    alpha: float = _opt(0.99, _between(0, 1, hi_open=True), "mean-square decay")
+    epsilon: float = _opt(0.1, _between(0, 1, lo_open=True),
+                          "added to the mean square under the square root")
 
 
 @dataclass(frozen=True)
@@ -198,7 +218,9 @@ class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
     adam: AdamConfig = field(default_factory=AdamConfig)
+    rmsprop: RMSPropConfig = field(default_factory=RMSPropConfig)
     dist: DistConfig = field(default_factory=DistConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
@@ -211,9 +233,9 @@ class Config:
 
 
 SECTIONS: dict[str, type] = {
-    "env": EnvConfig, "model": ModelConfig, "train": TrainConfig, "adam": AdamConfig,
-    "dist": DistConfig, "eval": EvalConfig, "run": RunConfig, "debug": DebugConfig,
-    "synthetic": SyntheticConfig,
+    "env": EnvConfig, "model": ModelConfig, "train": TrainConfig, "optim": OptimConfig,
+    "adam": AdamConfig, "rmsprop": RMSPropConfig, "dist": DistConfig, "eval": EvalConfig,
+    "run": RunConfig, "debug": DebugConfig, "synthetic": SyntheticConfig,
 }
 
 
@@ -319,6 +341,9 @@ def _cross_field_errors(cfg: Config) -> list[str]:
                       f"meaning in dist.mode=async (use 0)")
     if cfg.synthetic.enabled:
         errors += _synthetic_errors(cfg)
+    if cfg.train.lr_schedule == "linear" and cfg.train.max_steps == 0:
+        errors.append("train.lr_schedule='linear' decays to 0 at train.max_steps, and "
+                      "train.max_steps=0 (set train.max_steps, or train.lr_schedule=constant)")
     if cfg.train.max_steps == 0 and cfg.train.max_seconds == 0:
         errors.append("train.max_steps=0 and train.max_seconds=0: the run would never end "
                       "(set at least one)")

@@ -19,6 +19,7 @@ from dba3c.envs import EnvPool, env_spaces, make_env_pool
 from dba3c.errors import UserError, exit_code
 from dba3c.metrics import next_steps
 from dba3c.models import NetSpec, make_net_spec
+from dba3c.optim import make_optimizer
 
 
 def make_pool_and_spec(cfg: Config) -> tuple[EnvPool, NetSpec]:
@@ -36,6 +37,7 @@ def train(config_path: str, overrides: list[str], world_size: int) -> int:
         if world_size > 1:
             from dba3c.distributed import train_distributed
 
+            refuse_unwired_optimizer(cfg)
             return train_distributed(cfg)
         summary = train_single(cfg)
         print(f"run finished at step {summary.get('final_step')} "
@@ -46,8 +48,21 @@ def train(config_path: str, overrides: list[str], world_size: int) -> int:
     return exit_code(run)
 
 
+def refuse_unwired_optimizer(cfg: Config) -> None:
+    """UserError for an optimizer the parameter-server ranks would not run: dba3c/distributed.py
+    builds its ShardServers with Adam's numbers at a constant rate, not ``make_optimizer``'s
+    result (to be wired when the distributed layer's restructuring is merged)."""
+    optimizer = make_optimizer(cfg)
+    if optimizer.kind != "adam" or optimizer.lr_schedule != "constant":
+        raise UserError(f"optim.kind={optimizer.kind!r} train.lr_schedule="
+                        f"{optimizer.lr_schedule!r}: distributed runs support only "
+                        f"optim.kind=adam with train.lr_schedule=constant for now (run it in "
+                        f"one process: dba3c train)")
+
+
 def train_single(cfg: Config) -> dict:
-    """The single-node BA3C trainer: simulators, predictor, trainer and Adam in one process.
+    """The single-node BA3C trainer: simulators, predictor, trainer and optimizer in one
+    process.
     Returns the run summary."""
     if cfg.synthetic.enabled:
         raise UserError("synthetic.enabled=true needs parameter-server ranks: run it with "
@@ -66,7 +81,7 @@ def train_single(cfg: Config) -> dict:
         if pool is not None:
             pool.close()
         raise
-    store = LocalParameterServer(start.theta, start.adam, start.step, cfg.adam, cfg.train.lr)
+    store = LocalParameterServer(start.theta, start.adam, start.step, make_optimizer(cfg))
     chief = Chief(cfg, start.ckpt, spec.layout(), num_workers=1)
     chief.install_signal_handlers()
     evaluator = None

@@ -6,7 +6,9 @@ import pytest
 import tensorflow as tf
 
 from dba3c.adam import AdamState, adam_update
+from dba3c.config import AdamConfig
 from dba3c.core import LocalParameterServer, ShardServer
+from dba3c.optim import Optimizer
 from dba3c.params import shard_bounds
 
 PAPER = dict(lr=1e-3, beta1=0.8, beta2=0.75, epsilon=1e-8)
@@ -199,11 +201,10 @@ def test_async_applies_every_gradient_and_records_staleness():
 
 
 def test_local_parameter_server_push_is_one_adam_step():
-    class Cfg:
-        beta1, beta2, epsilon = PAPER["beta1"], PAPER["beta2"], PAPER["epsilon"]
-
+    adam = AdamConfig(PAPER["beta1"], PAPER["beta2"], PAPER["epsilon"])
     theta0 = np.array([0.5, -0.5], np.float32)
-    ps = LocalParameterServer(theta0.copy(), AdamState.zeros(2), 7, Cfg, PAPER["lr"])
+    ps = LocalParameterServer(theta0.copy(), AdamState.zeros(2), 7,
+                              Optimizer("adam", PAPER["lr"], adam=adam))
     p = ps.pull()
     assert p.version == 7
     np.testing.assert_array_equal(p.theta, theta0)
