@@ -19,6 +19,7 @@ import numpy as np
 from dba3c import checkpoint
 from dba3c.config import INF, Config
 from dba3c.metrics import Progress, ScalarLog, TensorBoard, Wandb
+from dba3c.optim import learning_rate
 from dba3c.params import ParamLayout
 from dba3c.rundir import JsonlWriter, RunDir
 from dba3c.scores import score_stats
@@ -153,6 +154,9 @@ class Chief:
             "train/online_score": float(np.mean(scores)) if scores else None,
             "perf/effective_batch": self.cfg.train.batch_size * self.extra.get(
                 "dist/replicas", 1),
+            # the parameter servers' rate for the update from this step (train.lr_schedule)
+            "train/lr": learning_rate(self.cfg.train.lr, self.cfg.train.lr_schedule, step,
+                                      self.cfg.train.max_steps),
         }
         for key in ("loss/policy", "loss/value", "loss/entropy", "loss/total",
                     "perf/policy_lag"):

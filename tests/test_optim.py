@@ -236,8 +236,11 @@ def test_rmsprop_linear_run_resumes_with_identical_state(tmp_path):
     np.testing.assert_allclose(b.theta, a.theta, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(b.adam_v, a.adam_v, rtol=1e-6, atol=1e-6)
     assert not b.adam_m.any()  # RMSProp leaves the first-moment slot unused
-    steps = [m["step"] for m in read_jsonl(twice / "metrics.jsonl")]
-    assert steps == list(range(1, 13))
+    metrics = read_jsonl(twice / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == list(range(1, 13))
+    # the rate of the next update, logged: 0.01 x (1 - step / 12), 0 at the end
+    assert [m["train/lr"] for m in metrics] == pytest.approx(
+        [0.01 * (12 - step) / 12 for step in range(1, 13)])
 
 
 def test_resuming_with_another_optimizer_is_refused(tmp_path):
