@@ -8,7 +8,7 @@ import json
 import pytest
 
 from dba3c import plots
-from dba3c.chief import FRACTIONS, Chief
+from dba3c.chief import Chief
 from dba3c.config import load_config
 from dba3c.envs import env_spaces
 from dba3c.errors import UserError
@@ -73,10 +73,7 @@ def test_plot_draws_hns_when_evaluations_have_it(tmp_path):
     run_dir = tmp_path / "run"
     chief = _chief(run_dir, BREAKOUT, "env.id=pong", "model.kind=a3c_ff", "run.log_every=1",
                    "eval.protocol=machado")
-    chief.worker_report(0, {"count/data_points": 32, "count/env_frames": 128,
-                            "train/online_score": None,
-                            **{f"time/{k}": 0.0 for k in FRACTIONS}})
-    chief.on_step(1)
+    chief.on_step(1)  # a metrics line (no worker reported yet): metrics.jsonl exists
     chief.on_eval(1, [-20.7])
     chief.on_eval(2, [14.6])
     chief.close()
