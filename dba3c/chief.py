@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
 
@@ -18,13 +19,12 @@ import numpy as np
 
 from dba3c import checkpoint
 from dba3c.config import INF, Config
+from dba3c.dist.report import AVERAGED, FRACTIONS, WorkerReport
 from dba3c.metrics import Progress, ScalarLog, TensorBoard, Wandb
 from dba3c.optim import learning_rate
 from dba3c.params import ParamLayout
 from dba3c.rundir import JsonlWriter, RunDir
 from dba3c.scores import score_stats
-
-FRACTIONS = ("compute", "wait_data", "wait_params", "predict", "emulate")
 
 
 class Chief:
@@ -53,7 +53,7 @@ class Chief:
         self.progress = Progress(cfg.run.progress, cfg.train.max_steps, self.start_step)
         self.t0 = time.monotonic()
         self.step = self.logged_step = self.start_step
-        self.reports: dict[int, dict] = {}
+        self.reports: dict[int, WorkerReport] = {}
         self.extra: dict = {}  # e.g. dist/* counters from parameter servers
         # (t, data points, frames, times)
         self._window: tuple[float, float, float, dict] = (time.monotonic(), 0.0, 0.0, {})
@@ -72,7 +72,7 @@ class Chief:
         """Wall seconds of training, including earlier segments of a resumed run."""
         return self.time_offset + time.monotonic() - self.t0
 
-    def worker_report(self, rank: int, report: dict) -> None:
+    def worker_report(self, rank: int, report: WorkerReport) -> None:
         """The newest cumulative counters and losses of one worker."""
         self.reports[rank] = report
 
@@ -140,13 +140,14 @@ class Chief:
         self.logged_step = step
         now = time.monotonic()
         reps = list(self.reports.values())
-        points = float(sum(r["count/data_points"] for r in reps))
-        frames = float(sum(r["count/env_frames"] for r in reps))
-        times = {k: sum(r[f"time/{k}"] for r in reps) for k in FRACTIONS}
+        points = float(sum(r.data_points for r in reps))
+        frames = float(sum(r.env_frames for r in reps))
+        seconds = [asdict(r.seconds) for r in reps]
+        times = {k: sum(s[k] for s in seconds) for k in FRACTIONS}
         t_prev, points_prev, frames_prev, times_prev = self._window
         dt = max(now - t_prev, 1e-9)
         self._window = (now, points, frames, times)
-        scores = [r["train/online_score"] for r in reps if r["train/online_score"] is not None]
+        scores = [r.online_score for r in reps if r.online_score is not None]
         record = {
             "step": step, "time_s": round(self.elapsed(), 3),
             "perf/data_points_per_s": (points - points_prev) / dt,
@@ -158,11 +159,11 @@ class Chief:
             "train/lr": learning_rate(self.cfg.train.lr, self.cfg.train.lr_schedule, step,
                                       self.cfg.train.max_steps),
         }
-        for key in ("loss/policy", "loss/value", "loss/entropy", "loss/total",
-                    "perf/policy_lag"):
+        averaged = [r.averaged_metrics() for r in reps]
+        for key in AVERAGED:
             # a worker's final report (losses None) can arrive while the chief still logs;
             # synthetic workers report none
-            values = [r[key] for r in reps if r.get(key) is not None]
+            values = [v for a in averaged if (v := a[key]) is not None]
             record[key] = float(np.mean(values)) if values else None
         for k in FRACTIONS:  # fraction of wall time per worker, averaged over workers
             record[f"time/{k}"] = (times[k] - times_prev.get(k, 0.0)) / dt / max(len(reps), 1)

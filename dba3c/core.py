@@ -3,7 +3,7 @@
 - :class:`Params`: a version of the flat parameter vector.
 - :class:`ParameterClient`: what a worker's trainer talks to: ``pull`` the first parameters,
   ``push`` a gradient and get the parameters to train on next (None when the run ends).
-  :class:`LocalParameterServer` serves one process; ``distributed.RemoteParameterClient``
+  :class:`LocalParameterServer` serves one process; ``dist.worker_client.RemoteParameterClient``
   talks to parameter-server ranks. Tests drop in either.
 - :class:`ShardServer`: one shard's optimizer and the aggregation rule, used by both; its
   :meth:`~ShardServer._apply` is the one place parameters change

@@ -15,6 +15,7 @@ from dba3c import checkpoint
 from dba3c.chief import Chief
 from dba3c.config import Config, is_atari, load_config
 from dba3c.core import LocalParameterServer, Params
+from dba3c.dist.report import WorkerReport
 from dba3c.envs import EnvPool, env_spaces, make_env_pool
 from dba3c.errors import UserError, exit_code
 from dba3c.metrics import next_steps
@@ -35,7 +36,7 @@ def train(config_path: str, overrides: list[str], world_size: int) -> int:
     def run() -> int:
         cfg = load_config(config_path, overrides)
         if world_size > 1:
-            from dba3c.distributed import train_distributed
+            from dba3c.dist.run import train_distributed
 
             refuse_unwired_optimizer(cfg)
             return train_distributed(cfg)
@@ -95,7 +96,7 @@ def train_single(cfg: Config) -> dict:
         chief.save_checkpoint(step, shard.theta_shard, shard.adam.m_shard, shard.adam.v_shard,
                               shard.adam.count)
 
-    def after_step(params: Params, report: dict) -> bool:
+    def after_step(params: Params, report: WorkerReport) -> bool:
         chief.worker_report(0, report)
         chief.extra["train/nonfinite_skipped"] = store.shard.stats.nonfinite_skipped
         chief.on_step(params.version)

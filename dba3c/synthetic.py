@@ -17,8 +17,6 @@ import time
 import numpy as np
 
 from dba3c.config import Config
-from dba3c.errors import UserError
-from dba3c.faults import with_faults
 from dba3c.rollout import Batch
 from dba3c.worker import Worker
 
@@ -49,13 +47,6 @@ def slow_ranks(workers: tuple[int, ...], num_slow: int) -> tuple[int, ...]:
     return workers[len(workers) - num_slow:] if num_slow else ()
 
 
-def check_slow_workers(num_slow: int, num_workers: int) -> None:
-    """UserError unless there are at least ``num_slow`` workers to slow down."""
-    if num_slow > num_workers:
-        raise UserError(f"synthetic.slow_workers={num_slow} must be <= the number of "
-                        f"workers ({num_workers})")
-
-
 class NoNetwork:
     """A synthetic worker's stand-in for the learner: parameters arrive and go unused."""
 
@@ -77,16 +68,15 @@ class SyntheticWorker(Worker):
         self.num_params = num_params
         syn = cfg.synthetic
         self.factor = syn.slow_factor if rank in slow_ranks(workers, syn.slow_workers) else 1.0
-        # the worker's two steps, chosen once like the base class does (faults included)
-        self._next_batch = self._empty_batch
-        self._gradient = with_faults(cfg.debug, rank, self._timed_gradient)
+        self._next_batch = self._empty_batch  # the base class times _gradient_of
 
     def _empty_batch(self, version: int) -> Batch:
         n = self.cfg.train.batch_size  # data points the modelled worker would train on
         return Batch(np.empty((n, 0), np.uint8), np.zeros(n, np.int32),
                      np.zeros(n, np.float32), np.full(n, version, np.int64))
 
-    def _timed_gradient(self, batch: Batch, version: int) -> tuple[np.ndarray, dict]:
+    def _gradient_of(self, batch: Batch, version: int) -> tuple[np.ndarray, dict]:
+        """The seeded gradient, returned once its modelled compute time has passed."""
         t0 = time.perf_counter()
         syn, seed = self.cfg.synthetic, self.cfg.run.seed
         grad = synthetic_gradient(self.num_params, seed, self.rank, version)
@@ -94,6 +84,4 @@ class SyntheticWorker(Worker):
         remaining = t0 + wait - time.perf_counter()  # making the gradient counts as compute
         if remaining > 0:
             time.sleep(remaining)
-        self.t_compute += time.perf_counter() - t0
-        self.data_points += len(batch)
         return grad, {}

@@ -1,6 +1,6 @@
 """Point-to-point messaging between ranks: one small interface, two implementations.
 
-The protocol (``dba3c.distributed``) needs only nonblocking sends and receives of NumPy
+The protocol (``dba3c.dist``) needs only nonblocking sends and receives of NumPy
 buffers with an integer tag, polled with :meth:`Request.test`. :class:`MpiTransport` maps them
 onto mpi4py's buffer-based ``Isend``/``Irecv`` (no pickling); :class:`InProcessTransport` runs a
 world of threads in one process for tests. This is the only module that imports MPI.

@@ -5,7 +5,7 @@ that stops answering without dying) must end with an error naming the ranks it w
 never hang. The chief keeps the clock (:class:`StallClock`); shortly before the timeout it
 asks every parameter server which workers' gradients it holds for its current step, and at
 the timeout :func:`stalled_ranks` names the culprits from the answers. Bookkeeping only: the
-messages are sent and received by ``dba3c.distributed.ChiefLink``. Whatever the cause, the
+messages are sent and received by ``dba3c.dist.chief_link.ChiefLink``. Whatever the cause, the
 symptom is the same: a rank that does not answer or whose gradient never arrives.
 
 Single-process runs have no watchdog: there is no other rank to wait on (a stuck simulator

@@ -20,6 +20,7 @@ import numpy as np
 
 from dba3c.config import Config
 from dba3c.core import ParameterClient, Params
+from dba3c.dist.report import Losses, Seconds, WorkerReport
 from dba3c.envs import EnvPool, ScoreTracker
 from dba3c.errors import TrainingError
 from dba3c.faults import with_faults
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # TensorFlow: synthetic-compute workers (dba3c.synthetic) imp
     from dba3c.learner import Learner
     from dba3c.models import NetSpec
 
-AfterStep = Callable[[Params, dict], bool]
+AfterStep = Callable[[Params, WorkerReport], bool]
 
 
 class Actor(threading.Thread):
@@ -171,31 +172,35 @@ class Worker:
         return batch
 
     def _compute_gradient(self, batch: Batch, version: int) -> tuple[np.ndarray, dict]:
-        """The gradient step (``version``: the parameters', for the fault wrappers)."""
+        """The gradient step, timed as compute and counted (``version``: the parameters',
+        for the fault wrappers and synthetic gradients)."""
         t0 = time.perf_counter()
-        grad, losses = self.learner.gradient(batch.obs, batch.a, batch.R)
-        if not np.isfinite(grad).all():
-            grad[:] = np.nan  # all shards see it: every parameter server skips the update
+        grad, losses = self._gradient_of(batch, version)
         self.t_compute += time.perf_counter() - t0
         self.data_points += len(batch)
         return grad, losses
 
-    def report(self, losses: dict, policy_lag: float) -> dict:
-        """This worker's cumulative counters and latest losses (one metrics namespace)."""
+    def _gradient_of(self, batch: Batch, version: int) -> tuple[np.ndarray, dict]:
+        """The learner's gradient and losses on ``batch``; NaN everywhere if not finite."""
+        grad, losses = self.learner.gradient(batch.obs, batch.a, batch.R)
+        if not np.isfinite(grad).all():
+            grad[:] = np.nan  # all shards see it: every parameter server skips the update
+        return grad, losses
+
+    def report(self, losses: dict[str, float], policy_lag: float) -> WorkerReport:
+        """This worker's cumulative counters and latest ``loss/*`` losses."""
         actor = self.actor
-        return {
-            **losses,
-            "perf/policy_lag": policy_lag,
-            "count/data_points": self.data_points,
-            "count/env_frames": actor.env_frames if actor else 0,
-            "count/episodes": actor.scores.num_episodes if actor else 0,
-            "train/online_score": actor.scores.online_score() if actor else None,
-            "time/compute": self.t_compute,
-            "time/wait_data": self.t_wait_data,
-            "time/wait_params": self.t_wait_params,
-            "time/predict": actor.t_predict if actor else 0.0,
-            "time/emulate": actor.t_emulate if actor else 0.0,
-        }
+        return WorkerReport(
+            data_points=self.data_points,
+            env_frames=actor.env_frames if actor else 0,
+            episodes=actor.scores.num_episodes if actor else 0,
+            online_score=actor.scores.online_score() if actor else None,
+            policy_lag=policy_lag,
+            losses=Losses.from_metrics(losses),
+            seconds=Seconds(compute=self.t_compute, wait_data=self.t_wait_data,
+                            wait_params=self.t_wait_params,
+                            predict=actor.t_predict if actor else 0.0,
+                            emulate=actor.t_emulate if actor else 0.0))
 
 
 def synthetic_batch(spec: NetSpec, batch_size: int, key: tuple) -> Batch:

@@ -4,31 +4,31 @@ from __future__ import annotations
 
 import numpy as np
 
-from dba3c.chief import FRACTIONS, Chief
+from dba3c.chief import Chief
 from dba3c.config import load_config
-from dba3c.distributed import report_dict, report_vector
+from dba3c.dist.report import Losses, Seconds, WorkerReport
+from dba3c.dist.wire import ReportMsg
 
 from conftest import ROOT, read_jsonl
 
 
-def wire(report: dict, final: bool = False) -> dict:
+def wire(report: WorkerReport, final: bool = False) -> WorkerReport:
     """A report as the chief receives it from a remote worker."""
-    return report_dict(report_vector(report, final))[0]
+    return ReportMsg.decode(ReportMsg(report, final, 2).encode()).report
 
 
 def test_a_final_report_without_losses_is_left_out_of_the_loss_means(tmp_path):
     cfg = load_config(str(ROOT / "configs" / "cartpole.yaml"),
                       [f"run.dir={tmp_path}", "run.progress=none", "run.log_every=1"])
     chief = Chief(cfg, None, None, num_workers=2)
-    counters = {"count/data_points": 32, "count/env_frames": 32,
-                **{f"time/{k}": 0.1 for k in FRACTIONS}}
-    chief.worker_report(0, wire({**counters, "loss/policy": 0.5, "loss/value": 2.0,
-                                 "perf/policy_lag": 1.0}))
-    chief.worker_report(2, wire({**counters, "loss/policy": 1.5, "loss/value": 4.0,
-                                 "perf/policy_lag": 0.0}))
+    counters = {"data_points": 32, "env_frames": 32, "seconds": Seconds(*[0.1] * 5)}
+    chief.worker_report(0, wire(WorkerReport(**counters, policy_lag=1.0,
+                                             losses=Losses(policy=0.5, value=2.0))))
+    chief.worker_report(2, wire(WorkerReport(**counters, policy_lag=0.0,
+                                             losses=Losses(policy=1.5, value=4.0))))
     chief.on_step(1)
     # rank 2 finished: its last report has counters but no losses (they arrive as None)
-    chief.worker_report(2, wire({**counters, "perf/policy_lag": 0.0}, final=True))
+    chief.worker_report(2, wire(WorkerReport(**counters, policy_lag=0.0), final=True))
     chief.on_step(2)
     chief.close()
     first, second = read_jsonl(tmp_path / "metrics.jsonl")

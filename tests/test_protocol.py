@@ -17,26 +17,23 @@ import pytest
 
 from dba3c.adam import AdamState, adam_update
 from dba3c.config import from_dict
-from dba3c.distributed import (
-    CONTROL,
-    EVAL,
-    FROZEN,
-    GRAD,
+from dba3c.dist.chief_link import ChiefLink
+from dba3c.dist.mailbox import Sender
+from dba3c.dist.ps import run_ps
+from dba3c.dist.report import WorkerReport
+from dba3c.dist.wire import (
+    END,
     HEADER,
-    PSINFO,
-    SNAPSHOT,
-    STATE,
-    STATS,
-    STOP,
-    STOP_AT,
-    ChiefLink,
-    RemoteParameterClient,
-    Sender,
-    header,
-    message,
-    report_vector,
-    run_ps,
+    Command,
+    ControlMsg,
+    EvalMsg,
+    InfoMsg,
+    ParamsMsg,
+    ReportMsg,
+    StateMsg,
+    Tag,
 )
+from dba3c.dist.worker_client import RemoteParameterClient
 from dba3c.params import shard_bounds
 from dba3c.roles import make_roles
 from dba3c.transport import InProcessTransport, wait_until
@@ -62,6 +59,17 @@ class FakeChief:
 
     def on_eval(self, step, scores):
         raise AssertionError("no evaluator in these tests")
+
+
+def send_final_report(t, rank: int) -> None:
+    """The last report of worker ``rank``, which the chief waits for."""
+    t.isend(ReportMsg(WorkerReport(), True, rank).encode(), 0, Tag.STATS)
+
+
+def final_state(version: int, n: int) -> np.ndarray:
+    """A PS's final StateMsg at ``version`` (Adam count = version) for a shard of ``n``."""
+    zeros = np.zeros(n, np.float32)
+    return StateMsg(version, version, True, zeros, zeros, zeros).encode()
 
 
 def grad_of(rank: int, version: int) -> np.ndarray:
@@ -99,8 +107,7 @@ def run_world(cfg, worker_fn, theta0, evaluator_fn=None):
     def worker(rank):
         client = RemoteParameterClient(transports[rank], roles, cfg, N)
         worker_fn(rank, client, received[rank])
-        transports[rank].isend(  # the final report the chief waits for
-            np.append(report_vector({}, final=True), rank), 0, STATS)
+        send_final_report(transports[rank], rank)
         client.close()
 
     threads = [threading.Thread(target=guard, args=(run_ps, transports[p], roles, cfg, N))
@@ -174,13 +181,13 @@ def test_parameter_servers_snapshot_every_eval_every_steps_to_the_evaluator():
         while len(done) < len(roles.ps):
             for p in set(roles.ps) - done:
                 buf = np.zeros(HEADER + N, np.float32)
-                wait_until(t.irecv(buf, p, SNAPSHOT).test)
-                version = int(buf[:HEADER].view(np.int64)[0])
-                if version == -1:
+                wait_until(t.irecv(buf, p, Tag.SNAPSHOT).test)
+                msg = ParamsMsg.decode(buf)
+                if msg.is_done:
                     done.add(p)
                 else:
-                    snapshots.setdefault(version, {})[p] = buf[HEADER:].copy()
-        t.isend(np.array([-1, 0], np.float64), 0, EVAL)  # evaluator finished
+                    snapshots.setdefault(msg.version, {})[p] = msg.theta_shard.copy()
+        t.isend(EvalMsg(END).encode(), 0, Tag.EVAL)  # evaluator finished
 
     run_world(cfg, train_loop(), theta0, evaluator)
     roles = make_roles(6, cfg)
@@ -226,14 +233,12 @@ def test_chief_is_not_finished_before_the_final_steps_psinfo_arrives():
     chief_t, ps_t, worker_t = InProcessTransport.create_world(3)
     chief = FakeChief()
     link = ChiefLink(chief_t, roles, cfg, chief, N)
-    final_state = message(3 * N)
-    header(final_state)[:3] = (5, 5, 1)  # version 5, Adam count 5, final
-    ps_t.isend(final_state, 0, STATE)
-    worker_t.isend(np.append(report_vector({}, final=True), 2), 0, STATS)
+    ps_t.isend(final_state(5, N), 0, Tag.STATE)  # version 5, Adam count 5, final
+    send_final_report(worker_t, 2)
     link.poll()
     assert link.final_states == {1: 5} and link.final_reports == {2}
     assert not link.finished and chief.step == 0
-    ps_t.isend(np.array([5, 0, 0, 0, 0, 0], np.float64), 0, PSINFO)
+    ps_t.isend(InfoMsg(5, 0, 0, 0.0, 0, 0).encode(), 0, Tag.PSINFO)
     link.poll()
     assert link.finished and chief.step == 5
 
@@ -243,7 +248,7 @@ def control_messages(t: InProcessTransport) -> list[list[int]]:
     received = []
     while True:
         buf = np.zeros(2, np.int64)
-        if not t.irecv(buf, 0, CONTROL).test():
+        if not t.irecv(buf, 0, Tag.CONTROL).test():
             return received
         received.append(buf.tolist())
 
@@ -261,13 +266,11 @@ def test_a_ps_frozen_behind_one_that_already_ended_is_told_to_catch_up():
     chief.step, chief.stop_reason = 5, "train.max_steps=5 reached"
     link.poll()
     (lo, hi), _ = shard_bounds(N, 2)
-    final_state = message(3 * (hi - lo))
-    header(final_state)[:3] = (5, 5, 1)
-    ps1_t.isend(final_state, 0, STATE)
-    ps2_t.isend(np.array([FROZEN, 4], np.int64), 0, CONTROL)
+    ps1_t.isend(final_state(5, hi - lo), 0, Tag.STATE)
+    ps2_t.isend(ControlMsg(Command.FROZEN, 4).encode(), 0, Tag.CONTROL)
     link.poll()
-    assert control_messages(ps2_t) == [[STOP, 0], [STOP_AT, 5]]
-    assert control_messages(ps1_t) == [[STOP, 0]]  # nothing more for a PS that has ended
+    assert control_messages(ps2_t) == [[Command.STOP, 0], [Command.STOP_AT, 5]]
+    assert control_messages(ps1_t) == [[Command.STOP, 0]]  # nothing more for a PS that has ended
 
 
 def test_no_stop_once_a_ps_ended_at_max_steps_by_itself():
@@ -276,9 +279,7 @@ def test_no_stop_once_a_ps_ended_at_max_steps_by_itself():
     chief = FakeChief()
     link = ChiefLink(chief_t, make_roles(4, cfg), cfg, chief, N)
     (lo, hi), _ = shard_bounds(N, 2)
-    final_state = message(3 * (hi - lo))
-    header(final_state)[:3] = (5, 5, 1)
-    ps1_t.isend(final_state, 0, STATE)
+    ps1_t.isend(final_state(5, hi - lo), 0, Tag.STATE)
     chief.step, chief.stop_reason = 5, "train.max_steps=5 reached"
     link.poll()
     assert control_messages(ps1_t) == control_messages(ps2_t) == []  # PS 2 ends by itself
@@ -309,7 +310,7 @@ def test_sender_keeps_buffers_in_flight_and_releases_completed_ones():
     for step in range(50):
         buf = np.full(1000, step, np.float32)
         refs.append(weakref.ref(buf))
-        sender.send(buf, [1], GRAD)
+        sender.send(buf, [1], Tag.GRAD)
         del buf
         if step < 40:
             transport.completed = step + 1  # sends up to this step have completed

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from dba3c.config import from_dict
+from dba3c.dist.report import Losses, WorkerReport
 from dba3c.metrics import next_steps
 from dba3c.tflog import filtered_stderr, is_below_level, quiet_import
 
@@ -108,9 +109,7 @@ def test_launch_writes_the_final_line_on_a_busy_host(run_dir, busy_host):
 
 
 # ---- the pieces ----------------------------------------------------------------------------
-REPORT = {"count/data_points": 0, "count/env_frames": 0, "train/online_score": None,
-          **{f"time/{k}": 0.0 for k in ("compute", "wait_data", "wait_params", "predict",
-                                        "emulate")}}
+REPORT = WorkerReport()  # no data points, frames or score yet, 0 s in each activity
 
 
 def make_chief(run_dir: Path):
@@ -140,12 +139,13 @@ def test_a_workers_last_report_without_losses_is_logged(tmp_path):
     """A worker's last report comes over STATS with its losses as NaN, read back as None; a
     step logged after it (the final one, typically) averages the losses that were sent. (The
     chief used to fail on it: rank 0 died without the final metrics line.)"""
-    from dba3c.distributed import report_dict, report_vector
+    from dba3c.dist.wire import ReportMsg
 
     chief = make_chief(tmp_path)
-    chief.worker_report(0, {**REPORT, "loss/total": 2.0, "perf/policy_lag": 1.0})
-    last, final = report_dict(report_vector(REPORT, final=True))
-    assert final and last["loss/total"] is None
+    chief.worker_report(0, WorkerReport(policy_lag=1.0, losses=Losses(total=2.0)))
+    received = ReportMsg.decode(ReportMsg(REPORT, True, 3).encode())
+    last = received.report
+    assert received.final and received.rank == 3 and last.losses.total is None
     chief.worker_report(3, last)
     chief.on_step(5)
     chief.close()

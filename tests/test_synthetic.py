@@ -25,7 +25,9 @@ import numpy as np
 import pytest
 
 from dba3c.adam import AdamState
-from dba3c.distributed import STATS, ChiefLink, RemoteParameterClient, report_vector, run_ps
+from dba3c.dist.chief_link import ChiefLink
+from dba3c.dist.ps import run_ps
+from dba3c.dist.worker_client import RemoteParameterClient
 from dba3c.errors import TrainingError
 from dba3c.models import NetSpec
 from dba3c.roles import make_roles
@@ -34,7 +36,7 @@ from dba3c.transport import InProcessTransport, wait_until
 from dba3c.watchdog import StallClock, query_lead, stalled_ranks
 
 from conftest import ROOT, dba3c, latest_checkpoint, read_jsonl
-from test_protocol import FakeChief, N, grad_of, make_cfg
+from test_protocol import FakeChief, N, grad_of, make_cfg, send_final_report
 from test_reliability import Job, descendants, error_lines, wait_for_steps
 
 SYN = ["synthetic.enabled=true", "eval.every=0", "eval.rank=false", "run.progress=none"]
@@ -62,6 +64,18 @@ def test_bad_synthetic_settings_are_refused_with_one_line(tmp_path, args, expect
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
     assert not run.exists()
+
+
+def test_more_slow_workers_than_the_world_gives_are_refused_by_the_config_rule(tmp_path):
+    # no dist.workers: the ranks learn the number of workers from the world size and check
+    # the config again with it (after mpiexec's own "launch:" line)
+    proc = dba3c("launch", "configs/breakout.yaml", "--workers", "2", *SYN,
+                 "synthetic.slow_workers=3", f"run.dir={tmp_path / 'run'}", check=False,
+                 timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error")]
+    assert errors == ["error: synthetic.slow_workers=3 must be <= dist.workers=2"]
+    assert not (tmp_path / "run").exists()
 
 
 def test_synthetic_gradient_is_seeded_small_and_per_rank_and_step():
@@ -166,7 +180,7 @@ def test_the_chief_names_a_worker_that_never_says_goodbye_in_process():
         while params is not None:
             params = client.push(params.version, grad_of(rank, params.version))
         if rank == 3:
-            transport.isend(np.append(report_vector({}, final=True), rank), 0, STATS)
+            send_final_report(transport, rank)
             client.close()
 
     error, took = stall_in_process(worker, max_steps=3)
@@ -213,7 +227,7 @@ def test_sixteen_synthetic_workers_and_four_ps_run_exact_steps_without_tensorflo
     assert proc.returncode == 0, proc.stderr[-3000:]
     world = NUM_WORKERS + NUM_PS
     # every rank reached the protocol (imported it), none imported TensorFlow
-    assert len(re.findall(r"\|\s*dba3c\.distributed$", proc.stderr, re.MULTILINE)) == world
+    assert len(re.findall(r"\|\s*dba3c\.dist\.run$", proc.stderr, re.MULTILINE)) == world
     assert not [line for line in proc.stderr.splitlines() if TF_IMPORT.search(line)]
     peak_mb = int(proc.stdout.split()[-1]) / 1024
     print(f"{world} ranks: {wall:.0f} s, peak RSS of the largest process {peak_mb:.0f} MB")

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dba3c.config import Config, load_config
-from dba3c.distributed import HEADER
+from dba3c.dist.wire import HEADER
 from dba3c.rundir import RunDir, write_atomic
 
 if TYPE_CHECKING:  # imported where needed, like the other dba3c modules of a measurement

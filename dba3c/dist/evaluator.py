@@ -1,0 +1,71 @@
+"""The evaluator rank: plays the newest complete snapshot the parameter servers send."""
+
+from __future__ import annotations
+
+import time
+
+from dba3c.config import Config
+from dba3c.dist.mailbox import Sender, ShardFeed
+from dba3c.dist.wire import END, EvalMsg, Tag
+from dba3c.models import NetSpec
+from dba3c.params import shard_bounds
+from dba3c.roles import Roles
+from dba3c.transport import Transport, wait_until
+
+IDLE_S = 0.01  # sleep between looks for a new snapshot
+
+
+class EvaluatorRank:
+    """Evaluates each new complete snapshot (every ``eval.every`` steps) and sends the
+    scores to the chief; an evaluation in progress stops once any PS has finished."""
+
+    def __init__(self, t: Transport, roles: Roles, cfg: Config, spec: NetSpec):
+        from dba3c.evaluation import make_eval_pool
+        from dba3c.learner import Learner
+
+        self.cfg = cfg
+        self.feed = ShardFeed(t, roles.ps, shard_bounds(spec.layout().num_params,
+                                                        len(roles.ps)), Tag.SNAPSHOT)
+        self.sender = Sender(t)
+        self.learner = Learner(spec, cfg.train, spec.init_params(0))
+        self.pool = make_eval_pool(cfg, cfg.eval.episodes)
+        self.evaluated = -1
+
+    def _ended(self) -> bool:
+        self.feed.poll()
+        return self.feed.ended
+
+    def poll(self) -> bool:
+        """Evaluate the newest complete snapshot if it is new; True if one was played."""
+        from dba3c.evaluation import play
+
+        if self._ended():
+            return False
+        step = self.feed.complete_version()
+        if step <= self.evaluated:
+            return False
+        self.learner.set_params(self.feed.params().theta)
+        scores = play(self.learner.predict, self.pool, self.cfg.eval.episodes,
+                      greedy=self.cfg.eval.greedy, seed=self.cfg.run.seed + step,
+                      should_stop=self._ended)
+        self.evaluated = step
+        if len(scores) == self.cfg.eval.episodes:
+            self.sender.post(EvalMsg(step, tuple(scores)), [0])
+        return True
+
+    def close(self) -> None:
+        """Wait for every PS's DONE (all their sends matched before the barrier), then tell
+        the chief the evaluator has finished."""
+        self.pool.close()
+        wait_until(lambda: self._ended() and all(self.feed.done))
+        self.sender.post(EvalMsg(END), [0])
+        wait_until(self.sender.idle)
+
+
+def run_evaluator(t: Transport, roles: Roles, cfg: Config, spec: NetSpec) -> None:
+    """Evaluate snapshots until the run ends; report to the chief."""
+    evaluator = EvaluatorRank(t, roles, cfg, spec)
+    while not evaluator.feed.ended:
+        if not evaluator.poll():
+            time.sleep(IDLE_S)
+    evaluator.close()
