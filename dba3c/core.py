@@ -21,7 +21,6 @@ from typing import Protocol
 import numpy as np
 
 from dba3c.adam import AdamState
-from dba3c.config import AdamConfig
 from dba3c.optim import Optimizer, optimizer_update
 
 
@@ -83,21 +82,14 @@ class ShardServer:
     are, the version still advances, and the streak of such skips is counted.
 
     ``optimizer`` (:func:`dba3c.optim.make_optimizer`) is the update rule and its schedule;
-    the step it sees is the shard's version. Without it the shard runs Adam at the constant
-    rate ``lr`` with ``beta1``, ``beta2``, ``epsilon``: the call ``dba3c/distributed.py``
-    still makes (``runner.train`` refuses other optimizers in distributed runs until it
-    passes ``optimizer``). ``adam`` holds the optimizer's statistics, Adam's or RMSProp's
-    (see :mod:`dba3c.optim`).
+    the step it sees is the shard's version. ``adam`` holds the optimizer's statistics,
+    Adam's or RMSProp's (see :mod:`dba3c.optim`).
     """
 
     def __init__(self, theta_shard: np.ndarray, adam: AdamState, version: int, *,
-                 mode: str, replicas: int, optimizer: Optimizer | None = None,
-                 lr: float = 0.0, beta1: float = 0.0, beta2: float = 0.0,
-                 epsilon: float = 0.0):
+                 mode: str, replicas: int, optimizer: Optimizer):
         self.theta_shard, self.adam, self.version = theta_shard, adam, version
-        self.mode, self.replicas = mode, replicas
-        self.optimizer = optimizer or Optimizer("adam", lr, adam=AdamConfig(beta1, beta2,
-                                                                            epsilon))
+        self.mode, self.replicas, self.optimizer = mode, replicas, optimizer
         # only a shard that averages several gradients per step needs a running sum
         self._sum = (np.zeros_like(theta_shard) if mode == "sync" and replicas > 1
                      else None)

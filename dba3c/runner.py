@@ -38,7 +38,6 @@ def train(config_path: str, overrides: list[str], world_size: int) -> int:
         if world_size > 1:
             from dba3c.dist.run import train_distributed
 
-            refuse_unwired_optimizer(cfg)
             return train_distributed(cfg)
         summary = train_single(cfg)
         print(f"run finished at step {summary.get('final_step')} "
@@ -47,18 +46,6 @@ def train(config_path: str, overrides: list[str], world_size: int) -> int:
         return 0
 
     return exit_code(run)
-
-
-def refuse_unwired_optimizer(cfg: Config) -> None:
-    """UserError for an optimizer the parameter-server ranks would not run: dba3c/distributed.py
-    builds its ShardServers with Adam's numbers at a constant rate, not ``make_optimizer``'s
-    result (to be wired when the distributed layer's restructuring is merged)."""
-    optimizer = make_optimizer(cfg)
-    if optimizer.kind != "adam" or optimizer.lr_schedule != "constant":
-        raise UserError(f"optim.kind={optimizer.kind!r} train.lr_schedule="
-                        f"{optimizer.lr_schedule!r}: distributed runs support only "
-                        f"optim.kind=adam with train.lr_schedule=constant for now (run it in "
-                        f"one process: dba3c train)")
 
 
 def train_single(cfg: Config) -> dict:

@@ -160,18 +160,6 @@ def test_shard_server_runs_rmsprop_with_the_schedule_from_its_version():
     np.testing.assert_array_equal(srv.adam.m_shard, np.zeros(6, np.float32))
 
 
-def test_shard_server_without_optimizer_is_constant_rate_adam():
-    # the call dba3c/distributed.py makes (Adam's numbers only)
-    theta0 = np.array([0.5, -0.5], np.float32)
-    srv = ShardServer(theta0.copy(), AdamState.zeros(2), 3, mode="async", replicas=1,
-                      lr=1e-3, beta1=0.8, beta2=0.75, epsilon=1e-8)
-    ref, st = theta0.copy(), AdamState.zeros(2)
-    for d in _grads(2, 3, seed=9):
-        srv.offer(srv.version, d)
-        adam_update(ref, d, st, lr=1e-3, beta1=0.8, beta2=0.75, epsilon=1e-8)
-    assert np.array_equal(srv.theta_shard, ref)
-
-
 def test_rmsprop_with_linear_schedule_resumes_bit_exactly_through_a_checkpoint():
     """6 steps, checkpoint file round trip, 6 more == 12 steps in one go, bit for bit."""
     opt = Optimizer("rmsprop", 0.01, "linear", 12)
@@ -256,9 +244,17 @@ def test_resuming_with_another_optimizer_is_refused(tmp_path):
     assert latest_checkpoint(tmp_path / "run").step == before.step == 2
 
 
-def test_distributed_runs_refuse_rmsprop_until_wired(tmp_path):
-    proc = dba3c("launch", "configs/cartpole.yaml", "--workers", 1, "--ps", 1,
-                 "optim.kind=rmsprop", f"run.dir={tmp_path / 'run'}", check=False, timeout=120)
-    assert proc.returncode != 0
-    assert "error: optim.kind='rmsprop' train.lr_schedule='constant': distributed runs " \
-           "support only optim.kind=adam" in proc.stderr
+@pytest.mark.slow
+def test_parameter_servers_run_the_configured_optimizer(tmp_path):
+    """1 worker + 2 parameter servers == one process, with RMSProp at a linear rate."""
+    common = ["configs/breakout.yaml", *SYNTH, "model.kind=a3c_ff", "train.batch_size=8",
+              "train.max_steps=5", "train.max_seconds=0", "optim.kind=rmsprop",
+              "train.lr_schedule=linear", "train.lr=0.01"]
+    dba3c("train", *common, f"run.dir={tmp_path / 'single'}")
+    dba3c("launch", common[0], "--workers", 1, "--ps", 2, *common[1:],
+          f"run.dir={tmp_path / 'ps2'}", timeout=240)
+    ref, got = latest_checkpoint(tmp_path / "single"), latest_checkpoint(tmp_path / "ps2")
+    assert got.step == ref.step == 5 and got.adam_count == ref.adam_count == 5
+    np.testing.assert_allclose(got.theta, ref.theta, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got.adam_v, ref.adam_v, rtol=1e-6, atol=1e-6)
+    assert not got.adam_m.any()
