@@ -17,6 +17,8 @@ class AdamState:
     """Adam's moments for one shard and the number of updates applied so far.
 
     m_shard, v_shard: float32 [n]. count: updates applied (Keras' ``iterations``).
+    RMSProp uses the same state: its mean square in ``v_shard``, ``m_shard`` unused
+    (:mod:`dba3c.optim`).
     """
 
     m_shard: np.ndarray

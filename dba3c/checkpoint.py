@@ -46,7 +46,9 @@ def checkpoint_due(every: int, step: int, start_step: int) -> bool:
 class Checkpoint:
     """Everything needed to resume bit-exactly.
 
-    theta, adam_m, adam_v: float32 [N]; adam_count: Adam updates applied; step: global step;
+    theta, adam_m, adam_v: float32 [N]; adam_count: optimizer updates applied (the shard
+    state of :mod:`dba3c.optim`: RMSProp keeps its mean square in adam_v, adam_m stays zero);
+    step: global step;
     meta: JSON-able dict (config, parameter layout, seed, wall time so far, ...).
     """
 
@@ -196,5 +198,11 @@ def load_start(cfg: Config, spec: NetSpec) -> StartState:
                           None)
     check_layout(ckpt, cfg, layout, f"in {cfg.run.dir}",
                  "use the run's own config or a new run.dir")
+    # m and v hold Adam's moments or RMSProp's mean square: another rule would misread them
+    kind = ckpt.meta.get("config", {}).get("optim", {}).get("kind", "adam")
+    if kind != cfg.optim.kind:
+        raise UserError(f"checkpoint step {ckpt.step} in {cfg.run.dir} holds the state of "
+                        f"optim.kind={kind}, not of optim.kind={cfg.optim.kind}; resume with "
+                        f"optim.kind={kind} or use a new run.dir")
     return StartState(ckpt.step, ckpt.theta.copy(),
                       AdamState(ckpt.adam_m.copy(), ckpt.adam_v.copy(), ckpt.adam_count), ckpt)

@@ -18,11 +18,13 @@ from types import FrameType
 import numpy as np
 
 from dba3c import checkpoint
-from dba3c.config import Config
+from dba3c.config import INF, Config
 from dba3c.dist.report import AVERAGED, FRACTIONS, WorkerReport
-from dba3c.metrics import Progress, TensorBoard
+from dba3c.metrics import Progress, ScalarLog, TensorBoard, Wandb
+from dba3c.optim import learning_rate
 from dba3c.params import ParamLayout
 from dba3c.rundir import JsonlWriter, RunDir
+from dba3c.scores import score_stats
 
 
 class Chief:
@@ -44,8 +46,10 @@ class Chief:
         self.run_dir.truncate_logs(self.start_step)
         self.metrics = JsonlWriter(self.run_dir.metrics_path)
         self.evals = JsonlWriter(self.run_dir.evals_path)
-        self.tb = TensorBoard(self.run_dir.tensorboard_dir,
-                              use_tensorflow=not cfg.synthetic.enabled)
+        self.scalar_logs: list[ScalarLog] = [TensorBoard(self.run_dir.tensorboard_dir,
+                                                         use_tensorflow=not cfg.synthetic.enabled)]
+        if cfg.run.wandb:
+            self.scalar_logs.append(Wandb(cfg, self.run_dir.path))
         self.progress = Progress(cfg.run.progress, cfg.train.max_steps, self.start_step)
         self.t0 = time.monotonic()
         self.step = self.logged_step = self.start_step
@@ -61,6 +65,7 @@ class Chief:
                   f"use a new run.dir)", file=sys.stderr, flush=True)
         self.summary.setdefault("target_score", cfg.eval.target_score)
         self.summary.setdefault("time_to_target_s", None)
+        self.summary["eval_protocol"] = cfg.eval.protocol
 
     # ---- inputs -------------------------------------------------------------------------
     def elapsed(self) -> float:
@@ -114,16 +119,19 @@ class Chief:
 
     def on_eval(self, step: int, scores: list[float]) -> None:
         """An evaluation of the parameters at ``step`` finished with these game scores."""
-        record = {"step": step, "time_s": self.elapsed(), "mean": float(np.mean(scores)),
-                  "max": float(np.max(scores)), "min": float(np.min(scores)),
-                  "std": float(np.std(scores)), "episodes": len(scores)}
+        record = {"step": step, "time_s": self.elapsed(), **score_stats(self.cfg.env.id, scores)}
         self.evals.write(record)
-        self.tb.write(step, {f"eval/{k}_score": record[k] for k in ("mean", "max")})
+        eval_scalars = {f"eval/{k}_score": record[k] for k in ("mean", "max")}
+        if "hns" in record:
+            eval_scalars["eval/hns"] = record["hns"]
+            self.summary["hns"] = record["hns"]  # of the latest evaluation
+            self.summary["best_hns"] = max(record["hns"], self.summary.get("best_hns", -INF))
         if record["mean"] >= self.cfg.eval.target_score and \
                 self.summary["time_to_target_s"] is None:
             self.summary.update(time_to_target_s=record["time_s"], target_step=step)
             if self.cfg.eval.stop_at_target:
                 self.request_stop(f"eval.target_score={self.cfg.eval.target_score:g} reached")
+        self._write_scalars(step, eval_scalars)
         self._write_summary()
 
     # ---- outputs ------------------------------------------------------------------------
@@ -146,6 +154,9 @@ class Chief:
             "train/online_score": float(np.mean(scores)) if scores else None,
             "perf/effective_batch": self.cfg.train.batch_size * self.extra.get(
                 "dist/replicas", 1),
+            # the parameter servers' rate for the update from this step (train.lr_schedule)
+            "train/lr": learning_rate(self.cfg.train.lr, self.cfg.train.lr_schedule, step,
+                                      self.cfg.train.max_steps),
         }
         averaged = [r.averaged_metrics() for r in reps]
         for key in AVERAGED:
@@ -157,8 +168,12 @@ class Chief:
             record[f"time/{k}"] = (times[k] - times_prev.get(k, 0.0)) / dt / max(len(reps), 1)
         record.update(self.extra)
         self.metrics.write(record)
-        self.tb.write(step, record)
+        self._write_scalars(step, record)
         self.progress.update(step, record)
+
+    def _write_scalars(self, step: int, record: dict) -> None:
+        for log in self.scalar_logs:
+            log.write(step, record)
 
     def _write_summary(self) -> None:
         self.run_dir.write_summary({**self.summary, "final_step": self.step,
@@ -175,4 +190,5 @@ class Chief:
         self.progress.close()
         self.metrics.close()
         self.evals.close()
-        self.tb.close()
+        for log in self.scalar_logs:
+            log.close()

@@ -165,12 +165,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     """``dba3c evaluate``: the training run's evaluation, offline, from a checkpoint."""
     import json
 
-    import numpy as np
-
     from dba3c import checkpoint
     from dba3c.config import is_atari
     from dba3c.envs import env_spaces
     from dba3c.models import make_net_spec
+    from dba3c.scores import score_stats
     from dba3c.video import check_video_path, write_video
 
     if args.episodes is not None and args.episodes < 1:
@@ -190,10 +189,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(f"game {n}/{episodes}: score {score:g}", file=sys.stderr, flush=True)
 
     scores = evaluate_params(cfg, spec, ckpt.theta, episodes, args.seed, on_game=progress)
-    result = {"checkpoint_step": ckpt.step, "episodes": len(scores),
-              "greedy": cfg.eval.greedy, "mean": float(np.mean(scores)),
-              "max": float(np.max(scores)), "min": float(np.min(scores)),
-              "std": float(np.std(scores)), "scores": scores}
+    result = {"checkpoint_step": ckpt.step, "greedy": cfg.eval.greedy,
+              "protocol": cfg.eval.protocol, **score_stats(cfg.env.id, scores),
+              "scores": scores}
     if args.video:
         score, frames = record_game(cfg, spec, ckpt.theta, args.seed)
         result["video"] = {"paths": [str(write_video(p, frames)) for p in args.video],

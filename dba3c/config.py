@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import importlib.util
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -62,6 +63,16 @@ def _opt(default: Any, check: Check | None = None, doc: str = "") -> Any:
     return field(default=default, metadata={"check": check, "doc": doc})
 
 
+# eval.protocol: what each protocol fixes, for training and evaluation alike (Machado et al.
+# 2018, "Revisiting the Arcade Learning Environment", section 5: sticky actions 0.25, the
+# full action set, no loss-of-life signal, no no-op starts). "paper" fixes nothing: the
+# defaults are the paper's (30 no-op starts, no sticky actions).
+PROTOCOLS: dict[str, dict[str, Any]] = {
+    "paper": {},
+    "machado": {"env.sticky_actions": 0.25, "env.full_action_space": True,
+                "env.episodic_life": False, "env.noop_max": 0, "eval.noop_max": 0},
+}
+
 POSITIVE = _between(1, float("inf"))
 NON_NEGATIVE = _between(0, float("inf"))
 UNIT = _between(0, 1)
@@ -80,6 +91,8 @@ class EnvConfig:
     sticky_actions: float = _opt(0.0, UNIT, "repeat_action_probability")
     episodic_life: bool = _opt(False, None, "a lost life ends the training episode")
     noop_max: int = _opt(30, NON_NEGATIVE, "random no-ops at episode start")
+    full_action_space: bool = _opt(False, None, "all 18 Atari actions, not the game's "
+                                   "minimal set")
     max_episode_frames: int = _opt(108000, POSITIVE, "frame cap per training episode")
 
 
@@ -101,7 +114,10 @@ class TrainConfig:
     gamma: float = _opt(0.99, UNIT, "discount")
     entropy_beta: float = _opt(0.01, NON_NEGATIVE, "entropy bonus weight")
     value_weight: float = _opt(0.5, NON_NEGATIVE, "value loss weight")
-    lr: float = _opt(1e-3, _between(0, 1, lo_open=True), "Adam learning rate")
+    lr: float = _opt(1e-3, _between(0, 1, lo_open=True),
+                     "learning rate of optim.kind (Adam or RMSProp)")
+    lr_schedule: str = _opt("constant", _one_of("constant", "linear"),
+                            "constant, or linear decay to 0 at max_steps (applied on the shards)")
     grad_clip: float = _opt(0.1, NON_NEGATIVE, "clip threshold; 0 = off")
     grad_clip_mode: str = _opt("average_norm", _one_of("average_norm", "global_norm"),
                                "per-tensor average norm (paper) or global norm")
@@ -123,6 +139,23 @@ class AdamConfig:
     beta1: float = _opt(0.8, _between(0, 1, hi_open=True), "first-moment decay")
     beta2: float = _opt(0.75, _between(0, 1, hi_open=True), "second-moment decay")
     epsilon: float = _opt(1e-8, _between(0, 1, lo_open=True), "denominator guard")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """The parameter servers' update rule (paper: Adam; A3C and PAAC: RMSProp)."""
+
+    kind: str = _opt("adam", _one_of("adam", "rmsprop"), "update rule; its settings: adam.* "
+                     "or rmsprop.*, its rate: train.lr")
+
+
+@dataclass(frozen=True)
+class RMSPropConfig:
+    """Non-centered RMSProp, epsilon inside the square root (A3C: alpha 0.99; PAAC: eps 0.1)."""
+
+    alpha: float = _opt(0.99, _between(0, 1, hi_open=True), "mean-square decay")
+    epsilon: float = _opt(0.1, _between(0, 1, lo_open=True),
+                          "added to the mean square under the square root")
 
 
 @dataclass(frozen=True)
@@ -155,6 +188,9 @@ class EvalConfig:
     noop_max: int = _opt(30, NON_NEGATIVE, "random no-op starts")
     max_frames: int = _opt(18000, POSITIVE, "frame cap per evaluation episode")
     num_envs: int = _opt(8, POSITIVE, "parallel evaluation games")
+    protocol: str = _opt("paper", _one_of(*PROTOCOLS), "paper: the keys as set (30 no-op "
+                         "starts, no sticky actions); machado: Machado et al. 2018, for "
+                         "training and evaluation alike (sets the keys it names)")
 
 
 @dataclass(frozen=True)
@@ -168,6 +204,11 @@ class RunConfig:
     log_every: int = _opt(10, POSITIVE, "steps between metrics lines")
     progress: str = _opt("auto", _one_of("auto", "bar", "lines", "none"),
                          "live display: bar on a terminal, periodic lines otherwise")
+    wandb: bool = _opt(False, None, "also log the TensorBoard scalars to Weights & Biases "
+                       "(pip install 'dba3c[wandb]')")
+    wandb_project: str = _opt("dba3c", None, "the W&B project")
+    wandb_mode: str = _opt("online", _one_of("online", "offline"),
+                           "offline: files under RUN_DIR/wandb, for `wandb sync` later")
 
 
 @dataclass(frozen=True)
@@ -202,7 +243,9 @@ class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
     adam: AdamConfig = field(default_factory=AdamConfig)
+    rmsprop: RMSPropConfig = field(default_factory=RMSPropConfig)
     dist: DistConfig = field(default_factory=DistConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
@@ -215,9 +258,9 @@ class Config:
 
 
 SECTIONS: dict[str, type] = {
-    "env": EnvConfig, "model": ModelConfig, "train": TrainConfig, "adam": AdamConfig,
-    "dist": DistConfig, "eval": EvalConfig, "run": RunConfig, "debug": DebugConfig,
-    "synthetic": SyntheticConfig,
+    "env": EnvConfig, "model": ModelConfig, "train": TrainConfig, "optim": OptimConfig,
+    "adam": AdamConfig, "rmsprop": RMSPropConfig, "dist": DistConfig, "eval": EvalConfig,
+    "run": RunConfig, "debug": DebugConfig, "synthetic": SyntheticConfig,
 }
 
 
@@ -314,6 +357,11 @@ def _cross_field_errors(cfg: Config) -> list[str]:
     elif cfg.dist.ps > 1:  # one shard always fits; counting opens a simulator briefly
         problem = num_shards_error(cfg.dist.ps, _num_params(cfg))
         errors += [problem] if problem else []
+    if not atari:
+        errors += [f"{key}={value!r} applies to ALE games only, not env.id={cfg.env.id!r}"
+                   for key, value in (("eval.protocol", cfg.eval.protocol),
+                                      ("env.full_action_space", cfg.env.full_action_space))
+                   if value not in ("paper", False)]
     workers = cfg.dist.workers
     if workers and cfg.dist.replicas_to_aggregate > workers:
         errors.append(f"dist.replicas_to_aggregate={cfg.dist.replicas_to_aggregate} must be "
@@ -324,6 +372,12 @@ def _cross_field_errors(cfg: Config) -> list[str]:
     errors += _aggregation_errors(cfg)
     if cfg.synthetic.enabled:
         errors += _synthetic_errors(cfg)
+    if cfg.run.wandb and importlib.util.find_spec("wandb") is None:
+        errors.append("run.wandb=true needs the wandb package, which is not installed "
+                      "(pip install 'dba3c[wandb]', or set run.wandb=false)")
+    if cfg.train.lr_schedule == "linear" and cfg.train.max_steps == 0:
+        errors.append("train.lr_schedule='linear' decays to 0 at train.max_steps, and "
+                      "train.max_steps=0 (set train.max_steps, or train.lr_schedule=constant)")
     if cfg.train.max_steps == 0 and cfg.train.max_seconds == 0:
         errors.append("train.max_steps=0 and train.max_seconds=0: the run would never end "
                       "(set at least one)")
@@ -425,11 +479,29 @@ def from_dict(tree: dict, source: str = "config") -> Config:
                               f"{section}: {', '.join(full)}")
         sections[section] = SECTIONS[section](**{k: v for k, v in values.items()
                                                  if k in names})
+    errors += _apply_protocol(sections)
     cfg = Config(**sections)
     errors += validation_errors(cfg)
     if errors:
         raise UserError("; ".join(errors))
     return cfg
+
+
+def _apply_protocol(sections: dict[str, Any]) -> list[str]:
+    """Set the keys ``eval.protocol`` fixes in ``sections`` (section name -> dataclass,
+    replaced in place); the messages for keys set to something else."""
+    protocol = sections["eval"].protocol if "eval" in sections else "paper"
+    errors = []
+    for key, value in PROTOCOLS.get(protocol, {}).items():
+        section, name = key.split(".")
+        values = sections.get(section, SECTIONS[section]())
+        default = getattr(SECTIONS[section](), name)
+        if getattr(values, name) not in (value, default):
+            errors.append(f"eval.protocol={protocol} sets {key}={value!r}; {key}="
+                          f"{getattr(values, name)!r} contradicts it (leave {key} out, or "
+                          f"use eval.protocol=paper)")
+        sections[section] = dataclasses.replace(values, **{name: value})
+    return errors
 
 
 def parse_overrides(overrides: list[str]) -> dict:

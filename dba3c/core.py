@@ -5,7 +5,9 @@
   ``push`` a gradient and get the parameters to train on next (None when the run ends).
   :class:`LocalParameterServer` serves one process; ``dist.worker_client.RemoteParameterClient``
   talks to parameter-server ranks. Tests drop in either.
-- :class:`ShardServer`: one shard's Adam and the aggregation rule, used by both.
+- :class:`ShardServer`: one shard's optimizer and the aggregation rule, used by both; its
+  :meth:`~ShardServer._apply` is the one place parameters change
+  (:func:`dba3c.optim.optimizer_update`).
 - :class:`EvalSchedule`: which global steps are evaluated; the one place that decides and
   submits, whether the evaluator is a thread of this process or its own rank.
 """
@@ -14,14 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
-from dba3c.adam import AdamState, adam_update
-
-if TYPE_CHECKING:
-    from dba3c.config import AdamConfig
+from dba3c.adam import AdamState
+from dba3c.optim import Optimizer, optimizer_update
 
 
 @dataclass
@@ -72,22 +72,24 @@ class ShardStats:
 
 
 class ShardServer:
-    """Adam on one contiguous shard, with the paper's aggregation rules.
+    """The optimizer on one contiguous shard, with the paper's aggregation rules.
 
     sync: gradients for step t are those computed at version t; the first ``replicas`` of
     them are averaged and applied (version t -> t+1); later ones for older versions are
     dropped and counted. async: every gradient is applied on arrival; its staleness
     (version now - version it was computed at) is recorded.
-    A non-finite mean gradient is not applied: parameters and Adam state stay as they are,
-    the version still advances, and the streak of such skips is counted.
+    A non-finite mean gradient is not applied: parameters and optimizer state stay as they
+    are, the version still advances, and the streak of such skips is counted.
+
+    ``optimizer`` (:func:`dba3c.optim.make_optimizer`) is the update rule and its schedule;
+    the step it sees is the shard's version. ``adam`` holds the optimizer's statistics,
+    Adam's or RMSProp's (see :mod:`dba3c.optim`).
     """
 
     def __init__(self, theta_shard: np.ndarray, adam: AdamState, version: int, *,
-                 mode: str, replicas: int, lr: float, beta1: float, beta2: float,
-                 epsilon: float):
+                 mode: str, replicas: int, optimizer: Optimizer):
         self.theta_shard, self.adam, self.version = theta_shard, adam, version
-        self.mode, self.replicas = mode, replicas
-        self._hyper = dict(lr=lr, beta1=beta1, beta2=beta2, epsilon=epsilon)
+        self.mode, self.replicas, self.optimizer = mode, replicas, optimizer
         # only a shard that averages several gradients per step needs a running sum
         self._sum = (np.zeros_like(theta_shard) if mode == "sync" and replicas > 1
                      else None)
@@ -124,8 +126,8 @@ class ShardServer:
 
     def _apply(self, g_shard: np.ndarray) -> None:
         if np.isfinite(g_shard).all():
-            adam_update(self.theta_shard, g_shard, self.adam, **self._hyper,
-                        scratch=self._scratch)
+            optimizer_update(self.theta_shard, g_shard, self.adam, self.optimizer,
+                             step=self.version, scratch=self._scratch)
             self.nonfinite_streak = 0
             self.stats.applied += 1
         else:
@@ -137,18 +139,17 @@ class ShardServer:
 class LocalParameterServer:
     """The whole parameter vector in this process: the single-node trainer's store."""
 
-    def __init__(self, theta: np.ndarray, adam: AdamState, version: int, adam_cfg: AdamConfig,
-                 lr: float):
-        self.shard = ShardServer(theta, adam, version, mode="sync", replicas=1, lr=lr,
-                                 beta1=adam_cfg.beta1, beta2=adam_cfg.beta2,
-                                 epsilon=adam_cfg.epsilon)
+    def __init__(self, theta: np.ndarray, state: AdamState, version: int,
+                 optimizer: Optimizer):
+        self.shard = ShardServer(theta, state, version, mode="sync", replicas=1,
+                                 optimizer=optimizer)
 
     def pull(self) -> Params:
         """The current parameters."""
         return Params(self.shard.version, self.shard.theta_shard.copy())
 
     def push(self, version: int, grad: np.ndarray) -> Params:
-        """Apply Adam to ``grad`` and return the next parameters."""
+        """Apply the optimizer to ``grad`` and return the next parameters."""
         self.shard.offer(version, grad)
         return Params(self.shard.version, self.shard.theta_shard.copy(),
                       self.shard.nonfinite_streak)

@@ -43,7 +43,8 @@ class EnvPool:
 
     def __init__(self, env_id: str, num_envs: int, *, batch_size: int = 0, num_threads: int = 0,
                  frame_skip: int = 4, sticky_actions: float = 0.0, episodic_life: bool = False,
-                 noop_max: int = 30, max_episode_frames: int = 108000, rgb: bool = False):
+                 noop_max: int = 30, max_episode_frames: int = 108000, rgb: bool = False,
+                 full_action_space: bool = False):
         self.atari = is_atari(env_id)
         self.num_envs = num_envs
         # ale-py's AtariVectorEnv (send/recv) or a gymnasium vector env (step): two APIs
@@ -59,7 +60,8 @@ class EnvPool:
                 # ale-py's own episodic_life restarts the game at every lost life;
                 # life_loss_info only makes a lost life terminal, and the game goes on
                 life_loss_info=episodic_life, noop_max=noop_max, reward_clipping=False,
-                max_num_frames_per_episode=max_episode_frames, grayscale=not rgb)
+                max_num_frames_per_episode=max_episode_frames, grayscale=not rgb,
+                full_action_space=full_action_space)
         else:
             import gymnasium as gym
 
@@ -113,7 +115,7 @@ def make_env_pool(env_cfg: EnvConfig, model_cfg: ModelConfig, *, num_envs: int |
         episodic_life=env_cfg.episodic_life if episodic_life is None else episodic_life,
         noop_max=env_cfg.noop_max if noop_max is None else noop_max,
         max_episode_frames=max_episode_frames or env_cfg.max_episode_frames,
-        rgb=model_cfg.obs == "rgb")
+        rgb=model_cfg.obs == "rgb", full_action_space=env_cfg.full_action_space)
 
 
 class ScoreTracker:
@@ -146,8 +148,8 @@ class ScoreTracker:
 
 
 @functools.cache
-def _spaces(env_id: str, rgb: bool) -> tuple[tuple[int, ...], int]:
-    pool = EnvPool(env_id, 1, batch_size=1, rgb=rgb)
+def _spaces(env_id: str, rgb: bool, full_action_space: bool) -> tuple[tuple[int, ...], int]:
+    pool = EnvPool(env_id, 1, batch_size=1, rgb=rgb, full_action_space=full_action_space)
     try:
         return pool.obs_shape, pool.num_actions
     finally:
@@ -157,4 +159,4 @@ def _spaces(env_id: str, rgb: bool) -> tuple[tuple[int, ...], int]:
 def env_spaces(cfg: Config) -> tuple[tuple[int, ...], int]:
     """(observation shape, number of actions) of the configured env: one simulator is opened
     briefly, once per process (the config validator and the trainer both ask)."""
-    return _spaces(cfg.env.id, cfg.model.obs == "rgb")
+    return _spaces(cfg.env.id, cfg.model.obs == "rgb", cfg.env.full_action_space)

@@ -7,13 +7,16 @@ One metrics namespace everywhere: ``loss/*``, ``perf/*``, ``train/*``, ``eval/*`
 
 from __future__ import annotations
 
+import hashlib
 import math
 import shlex
 import sys
 import time
 import types
 from pathlib import Path
+from typing import Protocol
 
+from dba3c.config import Config
 from dba3c.rundir import RunDir
 
 
@@ -72,6 +75,22 @@ class Progress:
             self._bar.close()
 
 
+def scalars(record: dict) -> dict[str, float]:
+    """The finite numeric entries of a metrics record, ``step`` left out."""
+    return {key: value for key, value in record.items()
+            if key != "step" and isinstance(value, (int, float)) and math.isfinite(value)}
+
+
+class ScalarLog(Protocol):
+    """Where the chief's scalars go: TensorBoard, and Weights & Biases with ``run.wandb``."""
+
+    def write(self, step: int, record: dict) -> None:
+        """Every numeric entry of ``record`` as a scalar at global step ``step``."""
+
+    def close(self) -> None:
+        """Flush and close."""
+
+
 class TensorBoard:
     """Scalars under ``tb/`` for TensorBoard, written through TensorFlow's summary API, or
     without TensorFlow (``use_tensorflow=False``: tensorboard's own writer, for
@@ -95,17 +114,45 @@ class TensorBoard:
 
     def write(self, step: int, record: dict) -> None:
         """Every numeric entry of ``record`` as a scalar at ``step``."""
-        scalars = {key: value for key, value in record.items()
-                   if key != "step" and isinstance(value, (int, float)) and math.isfinite(value)}
+        values = scalars(record)
         if self._tf is None:
-            for key, value in scalars.items():
+            for key, value in values.items():
                 self._writer.add_scalar(key, value, step)
         else:
             with self._writer.as_default(step=step):
-                for key, value in scalars.items():
+                for key, value in values.items():
                     self._tf.summary.scalar(key, value)
         self._writer.flush()
 
     def close(self) -> None:
         """Flush and close."""
         self._writer.close()
+
+
+class Wandb:
+    """The same scalars, under the same names, to a Weights & Biases run (``run.wandb``).
+
+    Every scalar is plotted against the global step, logged as the metric ``step``
+    (evaluations finish after later training steps were logged, and W&B's own step must
+    only grow). The W&B run id comes from the run directory's absolute path, so a resumed
+    run continues the same W&B run; its files go under ``RUN_DIR/wandb``.
+    """
+
+    def __init__(self, cfg: Config, directory: Path):
+        import wandb
+
+        path = str(Path(directory).resolve())
+        self._run = wandb.init(project=cfg.run.wandb_project, mode=cfg.run.wandb_mode,
+                               dir=path, name=Path(path).name, config=cfg.to_dict(),
+                               id=hashlib.sha256(path.encode()).hexdigest()[:16],
+                               resume="allow")
+        self._run.define_metric("step")
+        self._run.define_metric("*", step_metric="step")
+
+    def write(self, step: int, record: dict) -> None:
+        """Every numeric entry of ``record`` at global step ``step``."""
+        self._run.log({"step": step, **scalars(record)})
+
+    def close(self) -> None:
+        """Finish the W&B run (offline: its files stay for ``wandb sync``)."""
+        self._run.finish()

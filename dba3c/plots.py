@@ -89,6 +89,9 @@ _CURVES = {
                            "Evaluation score vs wall time"),
     "eval_vs_step": _Curve("step", ("eval_mean", "eval_max"), "global step [updates]",
                            _EVAL_SCORE, "Evaluation score vs global step"),
+    "hns_vs_time": _Curve("minutes", ("hns",), _MINUTES,
+                          "human-normalized score (0: random, 1: human)",
+                          "Human-normalized evaluation score vs wall time"),
     "online_score": _Curve("minutes", ("online_score",), _MINUTES,
                            "online score [points/episode]", "Training (online) score"),
     "throughput": _Curve("minutes", ("data_points_per_s",), _MINUTES, _THROUGHPUT,
@@ -169,12 +172,13 @@ def learning_curve_tables(runs: list[Run]) -> dict[str, Table]:
     """The tables behind :func:`learning_curves`, by figure name (empty ones left out).
 
     Columns: ``run``, ``step``, ``minutes``, then ``eval_mean`` and ``eval_max`` (eval
-    figures), ``online_score`` or ``data_points_per_s``.
+    figures), ``hns`` (Atari-57 games only), ``online_score`` or ``data_points_per_s``.
     """
     evals = _run_rows(runs, lambda run: run.evals, {"eval_mean": "mean", "eval_max": "max"})
     tables = {
         "eval_vs_time": evals,
         "eval_vs_step": evals,
+        "hns_vs_time": _run_rows(runs, lambda run: run.evals, {"hns": "hns"}),
         "online_score": _run_rows(runs, lambda run: run.metrics,
                                   {"online_score": "train/online_score"}),
         "throughput": _run_rows(runs, lambda run: run.metrics,
@@ -376,7 +380,8 @@ def draw_figure(name: str, table: Table) -> Figure:
 
 def learning_curves(runs: list[Run]) -> dict[str, Figure]:
     """Figures ``eval_vs_time`` and ``eval_vs_step`` (eval mean solid, max dashed),
-    ``online_score`` and ``throughput`` (vs wall minutes), one colour per run."""
+    ``hns_vs_time`` (the human-normalized eval mean, for Atari-57 games), ``online_score``
+    and ``throughput`` (vs wall minutes), one colour per run."""
     return {name: draw_figure(name, table)
             for name, table in learning_curve_tables(runs).items()}
 

@@ -5,7 +5,7 @@ writers, and the resume rule, in one place.
 RUN_DIR/
   config.yaml      the resolved config (YAML, rewritten at every start)
   metrics.jsonl    one JSON object per logged step
-  eval.jsonl       one JSON object per finished evaluation
+  eval.jsonl       one JSON object per finished evaluation (dba3c.scores.score_stats)
   summary.json     one JSON object: time_to_target_s, final_step, stop_reason, ...
   tb/              TensorBoard event files (written by dba3c/metrics.py)
   checkpoints/     step-NNNNNNNNNN.ckpt (their format: dba3c/checkpoint.py)

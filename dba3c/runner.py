@@ -20,6 +20,7 @@ from dba3c.envs import EnvPool, env_spaces, make_env_pool
 from dba3c.errors import UserError, exit_code
 from dba3c.metrics import next_steps
 from dba3c.models import NetSpec, make_net_spec
+from dba3c.optim import make_optimizer
 
 
 def make_pool_and_spec(cfg: Config) -> tuple[EnvPool, NetSpec]:
@@ -48,7 +49,8 @@ def train(config_path: str, overrides: list[str], world_size: int) -> int:
 
 
 def train_single(cfg: Config) -> dict:
-    """The single-node BA3C trainer: simulators, predictor, trainer and Adam in one process.
+    """The single-node BA3C trainer: simulators, predictor, trainer and optimizer in one
+    process.
     Returns the run summary."""
     if cfg.synthetic.enabled:
         raise UserError("synthetic.enabled=true needs parameter-server ranks: run it with "
@@ -67,7 +69,7 @@ def train_single(cfg: Config) -> dict:
         if pool is not None:
             pool.close()
         raise
-    store = LocalParameterServer(start.theta, start.adam, start.step, cfg.adam, cfg.train.lr)
+    store = LocalParameterServer(start.theta, start.adam, start.step, make_optimizer(cfg))
     chief = Chief(cfg, start.ckpt, spec.layout(), num_workers=1)
     chief.install_signal_handlers()
     evaluator = None

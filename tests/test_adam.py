@@ -6,10 +6,14 @@ import pytest
 import tensorflow as tf
 
 from dba3c.adam import AdamState, adam_update
+from dba3c.config import AdamConfig
 from dba3c.core import LocalParameterServer, ShardServer
+from dba3c.optim import Optimizer
 from dba3c.params import shard_bounds
 
 PAPER = dict(lr=1e-3, beta1=0.8, beta2=0.75, epsilon=1e-8)
+PAPER_ADAM = Optimizer("adam", PAPER["lr"], adam=AdamConfig(PAPER["beta1"], PAPER["beta2"],
+                                                            PAPER["epsilon"]))
 KERAS_DEFAULTS = dict(lr=1e-3, beta1=0.9, beta2=0.999, epsilon=1e-7)
 
 
@@ -97,7 +101,7 @@ def test_sharded_adam_equals_whole_vector_adam(num_shards):
 def _server(n=5, mode="sync", replicas=3, version=0):
     theta = np.linspace(-1, 1, n).astype(np.float32)
     return ShardServer(theta, AdamState.zeros(n), version, mode=mode, replicas=replicas,
-                       **PAPER)
+                       optimizer=PAPER_ADAM)
 
 
 def test_sync_applies_adam_of_the_mean_of_replicas_gradients():
@@ -199,11 +203,8 @@ def test_async_applies_every_gradient_and_records_staleness():
 
 
 def test_local_parameter_server_push_is_one_adam_step():
-    class Cfg:
-        beta1, beta2, epsilon = PAPER["beta1"], PAPER["beta2"], PAPER["epsilon"]
-
     theta0 = np.array([0.5, -0.5], np.float32)
-    ps = LocalParameterServer(theta0.copy(), AdamState.zeros(2), 7, Cfg, PAPER["lr"])
+    ps = LocalParameterServer(theta0.copy(), AdamState.zeros(2), 7, PAPER_ADAM)
     p = ps.pull()
     assert p.version == 7
     np.testing.assert_array_equal(p.theta, theta0)

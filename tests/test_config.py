@@ -163,10 +163,11 @@ def test_every_unknown_key_is_reported_at_once_with_suggestions():
 
 
 def test_unknown_key_without_close_match_lists_allowed_keys():
+    # (adam.learning_rate_schedule, used here before, is now close to train.lr_schedule)
     with pytest.raises(UserError) as e:
-        from_dict({"adam": {"learning_rate_schedule": 1}})
+        from_dict({"adam": {"weight_decay_coefficient": 1}})
     msg = str(e.value)
-    assert "unknown key 'adam.learning_rate_schedule'" in msg
+    assert "unknown key 'adam.weight_decay_coefficient'" in msg
     assert "did you mean" not in msg
     assert "adam.beta1" in msg and "adam.beta2" in msg and "adam.epsilon" in msg
 

@@ -29,6 +29,8 @@ def test_evaluate_plays_the_asked_games_and_writes_decodable_videos(real_run, tm
                  f"eval.max_frames={max_frames}", "eval.noop_max=0", "eval.num_envs=2")
     result = json.loads(proc.stdout)
     assert result["checkpoint_step"] == 5 and result["episodes"] == 3
+    assert result["protocol"] == "paper"
+    assert result["hns"] == pytest.approx((result["mean"] - 1.7) / (30.5 - 1.7))  # Breakout
     assert len(result["scores"]) == 3 and result["min"] <= result["mean"] <= result["max"]
     assert [f"game {n}/3" in proc.stderr for n in (1, 2, 3)] == [True] * 3
     # An untrained agent cannot lose five Breakout lives in 100 steps, so the game ends at

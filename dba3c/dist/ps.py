@@ -1,4 +1,4 @@
-"""The parameter-server rank: one shard of theta and its Adam state, as a state machine.
+"""The parameter-server rank: one shard of theta and its optimizer state, as a state machine.
 
     RUNNING --STOP (sync)--> FROZEN --STOP_AT s--> STOP_AT --version >= s--> FINISHED
     RUNNING --train.max_steps, or STOP (async)----------------------------> FINISHED
@@ -34,6 +34,7 @@ from dba3c.dist.wire import (
     Tag,
     framed_size,
 )
+from dba3c.optim import make_optimizer
 from dba3c.pacing import ReplyPacer
 from dba3c.params import shard_bounds
 from dba3c.roles import Roles
@@ -62,8 +63,7 @@ class ParameterServer:
                                   AdamState(init.m_shard.copy(), init.v_shard.copy(),
                                             init.adam_count),
                                   init.version, mode=cfg.dist.mode, replicas=roles.replicas,
-                                  lr=cfg.train.lr, beta1=cfg.adam.beta1, beta2=cfg.adam.beta2,
-                                  epsilon=cfg.adam.epsilon)
+                                  optimizer=make_optimizer(cfg))
         self.sender = Sender(t)
         self.pacer = ReplyPacer()  # sleeps through the workers' gradient computations
         size = framed_size(init.theta_shard.size)

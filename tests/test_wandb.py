@@ -1,0 +1,121 @@
+"""Weights & Biases logging (``run.wandb``): the TensorBoard scalars under the same names, one
+W&B run per run directory, and a clear error without the package."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from dba3c.chief import Chief
+from dba3c.config import load_config
+from dba3c.metrics import scalars
+
+from conftest import ROOT, dba3c
+
+HAVE_WANDB = importlib.util.find_spec("wandb") is not None
+CONFIG, PONG = str(ROOT / "configs" / "breakout.yaml"), ["env.id=pong", "model.kind=a3c_ff"]
+
+
+class FakeRun:
+    def __init__(self, **init):
+        self.init, self.metrics, self.logged, self.finished = init, [], [], False
+
+    def define_metric(self, name, step_metric=None):
+        self.metrics.append((name, step_metric))
+
+    def log(self, data):
+        self.logged.append(data)
+
+    def finish(self):
+        self.finished = True
+
+
+@pytest.fixture
+def fake_wandb(monkeypatch):
+    """A stand-in ``wandb`` module that records what the chief sends it."""
+    module = types.ModuleType("wandb")
+    module.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
+    module.runs = []
+
+    def init(**kw):
+        module.runs.append(FakeRun(**kw))
+        return module.runs[-1]
+
+    module.init = init
+    monkeypatch.setitem(sys.modules, "wandb", module)
+    return module
+
+
+def _run_chief(run_dir, *overrides):
+    cfg = load_config(CONFIG, [*PONG, f"run.dir={run_dir}",
+                               "run.progress=none", "run.log_every=1",
+                               "run.wandb=true", *overrides])
+    chief = Chief(cfg, None, None, num_workers=1)
+    chief.on_step(1)
+    chief.on_step(2)
+    chief.on_eval(1, [-20.0, -10.0])  # an evaluation finishing after step 2 was logged
+    chief.close()
+    return cfg
+
+
+def test_wandb_gets_the_tensorboard_scalars_against_the_global_step(tmp_path, fake_wandb):
+    from conftest import read_jsonl
+
+    cfg = _run_chief(tmp_path / "run", "run.wandb_mode=offline", "run.wandb_project=p")
+    (run,) = fake_wandb.runs
+    assert run.init["project"] == "p" and run.init["mode"] == "offline"
+    assert run.init["dir"] == str((tmp_path / "run").resolve())
+    assert run.init["config"] == cfg.to_dict() and run.init["resume"] == "allow"
+    assert ("*", "step") in run.metrics  # every metric plotted against the global step
+    metrics = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    evals = read_jsonl(tmp_path / "run" / "eval.jsonl")
+    assert run.logged == [
+        {"step": 1, **scalars(metrics[0])},
+        {"step": 2, **scalars(metrics[1])},
+        {"step": 1, "eval/mean_score": -15.0, "eval/max_score": -10.0,
+         "eval/hns": evals[0]["hns"]},
+    ]
+    assert {"perf/data_points_per_s", "time/compute", "train/lr"} <= set(run.logged[0])
+    assert run.finished
+
+
+def test_a_resumed_run_continues_the_same_wandb_run(tmp_path, fake_wandb):
+    _run_chief(tmp_path / "a")
+    _run_chief(tmp_path / "a")
+    _run_chief(tmp_path / "b")
+    first, again, other = (run.init["id"] for run in fake_wandb.runs)
+    assert first == again != other
+
+
+@pytest.mark.skipif(HAVE_WANDB, reason="wandb is installed: nothing is missing")
+def test_run_wandb_without_the_package_is_a_clear_error(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = dba3c("train", "configs/cartpole.yaml", f"run.dir={run_dir}", "run.wandb=true",
+                 check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: run.wandb=true needs the wandb package, which is not installed "
+        "(pip install 'dba3c[wandb]', or set run.wandb=false)"]
+    assert not run_dir.exists()
+
+
+@pytest.mark.skipif(not HAVE_WANDB, reason="wandb is not installed (pip install "
+                                           "'dba3c[wandb]'); the fake-module tests cover dba3c")
+def test_real_wandb_offline_run(tmp_path):
+    cfg = load_config(CONFIG, [*PONG, f"run.dir={tmp_path / 'run'}",
+                               "run.progress=none", "run.log_every=1",
+                               "run.wandb=true", "run.wandb_mode=offline"])
+    chief = Chief(cfg, None, None, num_workers=1)
+    chief.on_step(1)
+    chief.on_eval(1, [-20.7])
+    summary = dict(chief.scalar_logs[-1]._run.summary)
+    chief.close()
+    assert summary["eval/hns"] == 0.0 and summary["step"] == 1
+    assert summary["train/lr"] == cfg.train.lr
+    (offline,) = Path(tmp_path / "run" / "wandb").glob("offline-run-*")
+    assert list(offline.glob("run-*.wandb"))
