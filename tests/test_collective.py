@@ -31,6 +31,7 @@ from dba3c.core import LocalParameterServer, ShardServer
 from dba3c.dist.collective import CollectiveClient, shard_counts
 from dba3c.launchers.local import find_mpiexec
 from dba3c.models import NetSpec
+from dba3c.optim import make_optimizer
 from dba3c.params import shard_bounds
 from dba3c.roles import make_roles
 from dba3c.transport import InProcessTransport, offsets
@@ -167,8 +168,7 @@ def collective_world(cfg, num_ranks: int, gradient) -> list[list]:
         group = transport.split(True)
         lo, hi = shard_bounds(N, num_ranks)[group.rank]
         shard = ShardServer(THETA0[lo:hi].copy(), AdamState.zeros(hi - lo), 0, mode="sync",
-                            replicas=1, lr=cfg.train.lr, beta1=cfg.adam.beta1,
-                            beta2=cfg.adam.beta2, epsilon=cfg.adam.epsilon)
+                            replicas=1, optimizer=make_optimizer(cfg))
         client = CollectiveClient(group, shard, counts, cfg.train, chief=group.rank == 0,
                                   wants_stop=lambda: False)
         received = [client.pull()]
@@ -189,7 +189,7 @@ def test_one_rank_equals_the_single_process_store_bit_for_bit():
         return grad_of(rank, version) * (np.nan if version == 7 else 1)
 
     [(received, shard)] = collective_world(cfg, 1, gradient)
-    store = LocalParameterServer(THETA0.copy(), AdamState.zeros(N), 0, cfg.adam, cfg.train.lr)
+    store = LocalParameterServer(THETA0.copy(), AdamState.zeros(N), 0, make_optimizer(cfg))
     expected = [store.pull()] + [store.push(v, gradient(0, v)) for v in range(STEPS)]
     assert [p.version for p in received] == list(range(STEPS + 1))
     for got, want in zip(received, expected):

@@ -48,6 +48,7 @@ from dba3c.config import Config, TrainConfig
 from dba3c.core import EvalSchedule, Params, ShardServer
 from dba3c.dist.chief_link import ChiefInbox, save_shards
 from dba3c.dist.mailbox import Inbox, Sender, receive_one
+from dba3c.dist.ps import make_shard
 from dba3c.dist.report import WorkerReport
 from dba3c.dist.wire import (
     END,
@@ -157,15 +158,6 @@ def state_message(shard: ShardServer, final: bool) -> StateMsg:
                     shard.adam.m_shard, shard.adam.v_shard)
 
 
-def make_shard(state: StateMsg, cfg: Config) -> ShardServer:
-    """The :class:`ShardServer` (sync, one averaged gradient per step) a state describes."""
-    return ShardServer(state.theta_shard.copy(), AdamState(state.m_shard.copy(),
-                                                           state.v_shard.copy(),
-                                                           state.adam_count),
-                       state.version, mode="sync", replicas=1, lr=cfg.train.lr,
-                       beta1=cfg.adam.beta1, beta2=cfg.adam.beta2, epsilon=cfg.adam.epsilon)
-
-
 class Snapshots:
     """A training rank's shard to the evaluator rank every ``eval.every`` steps, and DONE at
     the end (as a parameter server sends them); nothing without an evaluator rank."""
@@ -216,7 +208,7 @@ class CollectiveChiefLink:
             state = StateMsg(step, adam.count, False, theta[lo:hi], adam.m_shard[lo:hi],
                              adam.v_shard[lo:hi])
             if r == self.t.rank:
-                own = make_shard(state, self.cfg)
+                own = make_shard(state, self.cfg, mode="sync", replicas=1)
             else:
                 self.sender.post(state, [r])
         assert own is not None, "the chief is a training rank"
@@ -324,7 +316,8 @@ def run_collective_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec
     """A training rank other than the chief: its shard arrives from the chief; each step's
     report and the checkpoint steps' shard state go to the chief."""
     counts = shard_counts(spec.layout().num_params, group.size)
-    shard = make_shard(receive_one(t, 0, StateMsg, StateMsg.size(counts[group.rank])), cfg)
+    shard = make_shard(receive_one(t, 0, StateMsg, StateMsg.size(counts[group.rank])),
+                       cfg, mode="sync", replicas=1)
     start_step = shard.version
     watch = RankWatch(t, cfg.dist.stall_timeout, shard) if cfg.dist.stall_timeout else None
     client = CollectiveClient(group, shard, counts, cfg.train, chief=False,

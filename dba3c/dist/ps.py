@@ -43,6 +43,14 @@ from dba3c.transport import Transport
 FROZEN_POLL_S = 1e-4  # a frozen PS only waits for the chief's STOP_AT
 
 
+def make_shard(state: StateMsg, cfg: Config, *, mode: str, replicas: int) -> ShardServer:
+    """The :class:`ShardServer` a shard state describes, with the configured optimizer."""
+    return ShardServer(state.theta_shard.copy(),
+                       AdamState(state.m_shard.copy(), state.v_shard.copy(), state.adam_count),
+                       state.version, mode=mode, replicas=replicas,
+                       optimizer=make_optimizer(cfg))
+
+
 class PsState(Enum):
     """Where a parameter server is in the run (see the module docstring)."""
 
@@ -59,11 +67,7 @@ class ParameterServer:
 
     def __init__(self, t: Transport, roles: Roles, cfg: Config, init: StateMsg):
         self.roles, self.cfg = roles, cfg
-        self.server = ShardServer(init.theta_shard.copy(),
-                                  AdamState(init.m_shard.copy(), init.v_shard.copy(),
-                                            init.adam_count),
-                                  init.version, mode=cfg.dist.mode, replicas=roles.replicas,
-                                  optimizer=make_optimizer(cfg))
+        self.server = make_shard(init, cfg, mode=cfg.dist.mode, replicas=roles.replicas)
         self.sender = Sender(t)
         self.pacer = ReplyPacer()  # sleeps through the workers' gradient computations
         size = framed_size(init.theta_shard.size)
