@@ -12,6 +12,7 @@ from dba3c.launchers.bench import (
     RssSampler,
     _dir_bytes,
     bytes_per_step,
+    combined_ceiling,
     combined_rate,
     growth_rate,
     long_table,
@@ -25,6 +26,15 @@ def test_combined_rate_adds_the_time_of_both_computations():
     # 1.2 / 100 s of prediction (one bootstrap state per 5) + 1 / 50 s of training = 0.032 s
     assert combined_rate(100.0, 50.0, 5) == pytest.approx(1 / 0.032)
     assert combined_rate(1e12, 50.0, 5) == pytest.approx(50.0)
+
+
+def test_combined_ceiling_shares_the_cores_between_emulation_and_network():
+    # emulation alone 6000 data points/s, network alone 3000, on the same 2 cores: a data
+    # point costs 2/6000 + 2/3000 = 1/1000 core-seconds, so 2 cores make 2000 per second
+    assert combined_ceiling(6000.0, 3000.0) == pytest.approx(2000.0)
+    assert combined_ceiling(4000.0, 4000.0) == pytest.approx(2000.0)
+    # a free emulator leaves the network's rate
+    assert combined_ceiling(1e15, 3000.0) == pytest.approx(3000.0)
 
 
 def test_bytes_per_step_counts_every_shard_header():
@@ -62,7 +72,8 @@ def _bench_results() -> dict:
                "compute": {"predict_states_per_s": 1000.0, "train_samples_per_s": 500.0,
                            "data_points_per_s": 312.5},
                "matmul_flops_per_s": 1.8e11, "single": {"data_points_per_s": 300.0, **rss},
-               "node_efficiency": 0.96, "mfu": 0.83,
+               "combined_ceiling": combined_ceiling(9000.0, 312.5),
+               "node_efficiency": 0.96, "node_efficiency_combined": 0.99, "mfu": 0.83,
                "distributed": {"1": {"data_points_per_s": 290.0,
                                      "peak_rss_mb": {"rank0": 700.0, "rank1": 300.0}},
                                "2": {"data_points_per_s": 295.0, **rss}},
@@ -73,6 +84,8 @@ def _bench_results() -> dict:
 def test_markdown_table_shows_every_measure():
     text = markdown_table(_bench_results(), "dba3c bench --quick")
     for fragment in ["9000 env steps/s", "312 data points/s together", "| 0.96 |",
+                     "(emulation and network share the cores) | 302 data points/s |",
+                     "against the combined ceiling | 0.99 |",
                      "matmul peak 180 GFLOP/s) | 0.83 |", "(overhead 3%, one pair of runs)",
                      "2 workers + 1 PS, one host | 295", "rank0 700, rank1 300",
                      "sent 4,032"]:
