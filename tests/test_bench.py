@@ -17,6 +17,7 @@ from dba3c.launchers.bench import (
     growth_rate,
     long_table,
     markdown_table,
+    profile_table,
     sandwiched_overheads,
 )
 
@@ -132,3 +133,21 @@ def test_dir_bytes_splits_checkpoints_from_everything_else(tmp_path):
     (run_dir / "metrics.jsonl").write_bytes(b"m" * 10)
     (run_dir / "tb" / "events.out").write_bytes(b"t" * 5)
     assert _dir_bytes(run_dir) == {"checkpoints": 130, "logs": 15}
+
+
+def test_profile_table_lists_each_thread_s_sections():
+    result = {"config": "configs/pong_small.yaml", "overrides": [], "date": "2026-11-23",
+              "machine": "test CPU", "window_s": 40.0, "warmup_s": 10.0,
+              "load_average": (1.5, 2.0, 2.5), "trainer_steps": 2000, "actor_iterations": 8000,
+              "data_points_per_s": 1600.0, "states_per_actor_iteration": 8,
+              "cores_used": 1.6, "data_points_per_cpu_s": 1000.0,
+              "actor": [("predict", 3.25, 0.65), ("unaccounted", 0.1, 0.02)],
+              "trainer": [("gradient", 12.5, 0.625)]}
+    text = profile_table(result, "dba3c bench --profile --config configs/pong_small.yaml")
+    for fragment in ["1600 data points/s over 40 s after 10 s of warm-up (1000 per CPU-second; "
+                     "the process used 1.60 cores)",
+                     "2000 trainer steps, 8000 actor iterations of 8 states",
+                     "load average at the end 1.5, 2.0, 2.5",
+                     "| actor | predict | 3.250 | 0.650 |", "| actor | unaccounted | 0.100 |",
+                     "| trainer | gradient | 12.500 | 0.625 |"]:
+        assert fragment in text, fragment

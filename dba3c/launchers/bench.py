@@ -13,6 +13,9 @@ Writes ``bench/results.json`` and appends a markdown table to ``docs/benchmarks.
 5. MFU = (3) x FLOPs per data point / the matmul FLOP/s measured in the same run;
 6. distributed overhead: 1 worker + 1 PS against (3), and W = 2, 4 on this host (full run);
 plus peak RSS per rank and the bytes each worker sends and receives per step.
+
+``dba3c bench --profile`` instead trains in this process and reports where one worker's
+actor and trainer threads spend each step (``bench/profile.json`` and a markdown table).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,6 +38,7 @@ import numpy as np
 
 from dba3c.config import Config, load_config
 from dba3c.distributed import HEADER
+from dba3c.profiling import WorkerLaps, section_table
 from dba3c.rundir import RunDir, write_atomic
 
 if TYPE_CHECKING:  # imported where needed, like the other dba3c modules of a measurement
@@ -239,6 +244,79 @@ def run_training(config: str, overrides: list[str], workers: int, seconds: float
                            "time/wait_data") if any(m.get(k) is not None for m in tail)}
     return {"data_points_per_s": steady_throughput(metrics), "steps": metrics[-1]["step"],
             **fractions, "peak_rss_mb": rss}
+
+
+def profile_worker(config: str, overrides: list[str], window_s: float,
+                   warmup_s: float = 10.0) -> dict:
+    """Train one process (``dba3c train``, evaluation and checkpoints off) and time each
+    section of the actor's and the trainer's loops over ``window_s`` seconds, from
+    ``warmup_s`` after the first trainer step: ms per loop iteration and share of wall time,
+    per thread. The run then ends as on SIGTERM."""
+    from dba3c.runner import train_single
+
+    laps = WorkerLaps()
+    marks: list[tuple[float, float, dict, dict]] = []  # wall, CPU time, actor, trainer
+    finished = threading.Event()
+
+    def mark_window() -> None:
+        while not laps.trainer.calls.get("gradient") and not finished.wait(0.1):
+            continue
+        for wait in (warmup_s, window_s):
+            if finished.wait(wait):
+                return
+            marks.append((time.perf_counter(), time.process_time(), laps.actor.snapshot(),
+                          laps.trainer.snapshot()))
+        os.kill(os.getpid(), signal.SIGTERM)  # the chief's handler ends the run
+
+    marker = threading.Thread(target=mark_window, daemon=True)
+    with tempfile.TemporaryDirectory(prefix="dba3c-profile-") as run_dir:
+        cfg = load_config(config, [*overrides, f"run.dir={run_dir}", "train.max_steps=0",
+                                   f"train.max_seconds={warmup_s + window_s + 600}",
+                                   "eval.every=0", "run.progress=none",
+                                   "run.checkpoint_every=0"])
+        marker.start()
+        try:
+            train_single(cfg, laps)
+        finally:
+            finished.set()
+            marker.join()
+    if len(marks) < 2:
+        raise RuntimeError(f"training ended before the profile window closed "
+                           f"({warmup_s:g} + {window_s:g} s after the first step)")
+    (t0, cpu0, actor0, trainer0), (t1, cpu1, actor1, trainer1) = marks
+    wall = t1 - t0
+    steps = trainer1.get("gradient", (0.0, 0))[1] - trainer0.get("gradient", (0.0, 0))[1]
+    iterations = actor1.get("predict", (0.0, 0))[1] - actor0.get("predict", (0.0, 0))[1]
+    return {"config": config, "overrides": list(overrides), "date": date.today().isoformat(),
+            "machine": machine_description(), "window_s": wall, "warmup_s": warmup_s,
+            "load_average": os.getloadavg(), "trainer_steps": steps,
+            "actor_iterations": iterations,
+            "data_points_per_s": steps * cfg.train.batch_size / wall,
+            # on a shared machine the CPU this process got is the steadier figure
+            "cores_used": (cpu1 - cpu0) / wall,
+            "data_points_per_cpu_s": steps * cfg.train.batch_size / (cpu1 - cpu0),
+            "states_per_actor_iteration": cfg.env.batch_size,
+            "actor": section_table(actor0, actor1, wall, "predict"),
+            "trainer": section_table(trainer0, trainer1, wall, "gradient")}
+
+
+def profile_table(r: dict, command: str) -> str:
+    """A profile's sections as a dated markdown section."""
+    rows = [f"| {thread} | {name} | {ms:.3f} | {share:.3f} |"
+            for thread in ("actor", "trainer") for name, ms, share in r[thread]]
+    load = ", ".join(f"{x:.1f}" for x in r["load_average"])
+    return "\n".join([
+        f"## `dba3c bench --profile` on {r['date']}", "",
+        f"Command: `{command}`  ", f"Machine: {r['machine']}; config `{r['config']}` "
+        f"{' '.join(r['overrides'])}; load average at the end {load}", "",
+        f"{r['data_points_per_s']:.0f} data points/s over {r['window_s']:.0f} s after "
+        f"{r['warmup_s']:.0f} s of warm-up ({r['data_points_per_cpu_s']:.0f} per CPU-second;"
+        f" the process used {r['cores_used']:.2f} cores): {r['trainer_steps']} trainer steps, "
+        f"{r['actor_iterations']} actor iterations of {r['states_per_actor_iteration']} "
+        f"states. ms per iteration of that thread's loop (actor: per predict call; trainer: "
+        f"per step); share: of the window's wall time.", "",
+        "| thread | section | ms per iteration | share |", "|---|---|---|---|", *rows, ""]
+    ) + "\n"
 
 
 def _dir_bytes(run_dir: Path) -> dict[str, int]:
@@ -451,6 +529,17 @@ def bench_command(config: str, overrides: list[str], quick: bool, out_json: Path
     table = markdown_table(results, _command_line(" --quick" if quick else "", config,
                                                   overrides))
     _record(results, table, out_json, docs)
+    return table
+
+
+def profile_command(config: str, overrides: list[str], quick: bool, out_json: Path,
+                    docs: Path) -> str:
+    """``dba3c bench --profile``: time the sections of one worker's step, write the JSON and
+    append the markdown section; return it."""
+    result = profile_worker(config, overrides, 15 if quick else 40)
+    table = profile_table(result, _command_line(" --profile" + (" --quick" if quick else ""),
+                                                config, overrides))
+    _record(result, table, out_json, docs)
     return table
 
 
