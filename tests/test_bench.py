@@ -14,6 +14,7 @@ from dba3c.launchers.bench import (
     bytes_per_step,
     combined_ceiling,
     combined_rate,
+    cpu_description,
     growth_rate,
     long_table,
     markdown_table,
@@ -151,3 +152,14 @@ def test_profile_table_lists_each_thread_s_sections():
                      "| actor | predict | 3.250 | 0.650 |", "| actor | unaccounted | 0.100 |",
                      "| trainer | gradient | 12.500 | 0.625 |"]:
         assert fragment in text, fragment
+
+
+def test_cpu_description_names_the_first_cpu_and_its_widest_vector_instructions():
+    first = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+             "model name\t: AMD EPYC 9B14\ncpu MHz\t\t: 2596.144\n"
+             "flags\t\t: fpu sse2 avx2 fma avx512f avx512bw\n")
+    second = "processor\t: 1\nmodel name\t: Other\nflags\t\t: fpu\n"
+    assert (cpu_description(first + "\n" + second)
+            == "AMD EPYC 9B14 (family 25, model 17, 2.6 GHz, AVX-512)")
+    assert cpu_description(first.replace(" avx512f avx512bw", "")).endswith("GHz, AVX2)")
+    assert cpu_description("flags\t: fpu\n") == "unknown CPU (family ?, model ?, no AVX2)"

@@ -445,14 +445,29 @@ def run_bench(config: str, overrides: list[str], quick: bool,
     return results
 
 
+def cpu_description(cpuinfo: str) -> str:
+    """The first CPU of a /proc/cpuinfo text: model name, family and model numbers, clock,
+    and the widest vector instructions it lists (AVX-512, AVX2 or neither)."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            break  # the first processor only
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    flags = set(fields.get("flags", "").split())
+    vector = ("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags
+              else "no AVX2")
+    mhz = fields.get("cpu MHz")
+    clock = f", {float(mhz) / 1000:.1f} GHz" if mhz else ""
+    return (f"{fields.get('model name', 'unknown CPU')} (family {fields.get('cpu family', '?')}"
+            f", model {fields.get('model', '?')}{clock}, {vector})")
+
+
 def machine_description() -> str:
     """CPU model, logical cores and memory of this machine."""
     model = platform.processor() or "unknown CPU"
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+        model = cpu_description(Path("/proc/cpuinfo").read_text())
         mem_kb = next(int(line.split()[1]) for line in
                       Path("/proc/meminfo").read_text().splitlines()
                       if line.startswith("MemTotal:"))
