@@ -67,7 +67,7 @@ class Actor(threading.Thread):
 
     @property
     def t_emulate(self) -> float:
-        """Seconds spent waiting for the simulators' next batch."""
+        """Seconds spent waiting for the simulators' next batch and copying it."""
         return sum(self.laps.seconds.get(k, 0.0) for k in self.EMULATE_SECTIONS)
 
     def _loop(self) -> None:
@@ -154,7 +154,7 @@ class Worker:
                 t0 = time.perf_counter()
                 new = client.push(params.version, grad)
                 self.t_wait_params += time.perf_counter() - t0
-                lap("push (Adam)")
+                lap("push")  # Adam in one process, the round trip to the PS otherwise
                 if new is None:
                     return None
                 if new.nonfinite_streak >= self.cfg.train.max_nonfinite:
