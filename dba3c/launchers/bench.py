@@ -493,9 +493,9 @@ def markdown_table(r: dict, command: str) -> str:
         f"| 2. compute ceiling | predict {r['compute']['predict_states_per_s']:.0f} states/s,"
         f" train {r['compute']['train_samples_per_s']:.0f} samples/s -> "
         f"{r['compute']['data_points_per_s']:.0f} data points/s together |",
-        f"| 3. end-to-end, one process | {single['data_points_per_s']:.0f} data points/s |",
         f"| 2. combined ceiling (emulation and network share the cores) | "
         f"{r['combined_ceiling']:.0f} data points/s |",
+        f"| 3. end-to-end, one process | {single['data_points_per_s']:.0f} data points/s |",
         f"| 4. node efficiency against the lower ceiling (the other one free) | "
         f"{r['node_efficiency']:.2f} |",
         f"| 4. node efficiency against the combined ceiling | "
