@@ -78,6 +78,11 @@ def make_parser() -> argparse.ArgumentParser:
                    help="instead: one long 1 worker + 1 PS run (evaluations on) measuring "
                    "peak RSS per rank over time and run-directory growth")
     p.add_argument("--run-dir", default="runs/bench-long", help="run directory of --long")
+    p.add_argument("--profile", action="store_true",
+                   help="instead: train one process and time each section of the actor's "
+                   "and the trainer's loops (emulator, predict, sampling, assembly, queue, "
+                   "gradient, Adam, assign, metrics) over 40 s (15 s with --quick) from 10 s "
+                   "after the first step -> bench/profile.json")
     p.add_argument("--scale", action="store_true",
                    help="instead: synthetic-compute runs on the emulated cluster (root) over a "
                    "grid of workers, parameter servers, FC sizes, backup workers and link "
@@ -241,14 +246,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from dba3c.config import load_config
-    from dba3c.launchers.bench import bench_command, long_command
+    from dba3c.launchers.bench import bench_command, long_command, profile_command
 
     load_config(args.config, args.overrides)  # refuse bad input before minutes of work
-    if args.scale:
+    modes = [f"--{m}" for m in ("scale", "long", "profile") if getattr(args, m) not in
+             (None, False)]
+    if len(modes) > 1:
+        raise UserError(f"{' and '.join(modes)} are separate benchmarks: give one of them")
+    if args.profile:
+        table = profile_command(args.config, args.overrides, args.quick,
+                                Path(args.out).with_name("profile.json"), Path(args.docs))
+    elif args.scale:
         from dba3c.launchers.scale import SCALE_JSON, scale_command
 
-        if args.long is not None:
-            raise UserError("--scale and --long are separate benchmarks: give one of them")
         if args.compute_ms is not None and args.compute_ms <= 0:
             raise UserError(f"--compute-ms {args.compute_ms:g} must be a positive number of "
                             f"milliseconds")

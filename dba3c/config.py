@@ -126,6 +126,10 @@ class TrainConfig:
     max_seconds: float = _opt(0.0, NON_NEGATIVE, "stop after this wall time; 0 = no limit")
     queue_size: int = _opt(2, POSITIVE, "mini-batches buffered between actor and trainer")
     max_nonfinite: int = _opt(20, POSITIVE, "consecutive non-finite updates before giving up")
+    intra_op_threads: int = _opt(0, NON_NEGATIVE, "TensorFlow threads splitting one op; "
+                                 "0 = TensorFlow's choice (one per core)")
+    inter_op_threads: int = _opt(0, NON_NEGATIVE, "TensorFlow threads running independent "
+                                 "ops; 0 = TensorFlow's choice")
 
     def reached_max_steps(self, step: int) -> bool:
         """Whether global step ``step`` is at or past ``max_steps`` (never when it is 0)."""

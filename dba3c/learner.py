@@ -19,6 +19,21 @@ from dba3c.params import unflatten
 from dba3c.rl import a3c_loss, clip_gradients
 
 
+def set_tensorflow_threads(intra_op: int, inter_op: int) -> None:
+    """Size this process's TensorFlow thread pools (0 keeps TensorFlow's choice).
+
+    They are fixed when TensorFlow first runs an op: a later call asking for the sizes
+    already in place does nothing, one asking for others raises RuntimeError.
+    """
+    threading_cfg = tf.config.threading
+    for wanted, get, set_ in ((intra_op, threading_cfg.get_intra_op_parallelism_threads,
+                               threading_cfg.set_intra_op_parallelism_threads),
+                              (inter_op, threading_cfg.get_inter_op_parallelism_threads,
+                               threading_cfg.set_inter_op_parallelism_threads)):
+        if wanted and get() != wanted:
+            set_(wanted)
+
+
 class Learner:
     """Variables, prediction and gradient computation for one network.
 
@@ -34,6 +49,7 @@ class Learner:
     """
 
     def __init__(self, spec: NetSpec, train_cfg: TrainConfig, theta: np.ndarray):
+        set_tensorflow_threads(train_cfg.intra_op_threads, train_cfg.inter_op_threads)
         self.spec = spec
         self.layout = spec.layout()
         self.variables = [tf.Variable(t, name=n.replace("/", "_"))

@@ -21,6 +21,7 @@ from dba3c.errors import UserError, exit_code
 from dba3c.metrics import next_steps
 from dba3c.models import NetSpec, make_net_spec
 from dba3c.optim import make_optimizer
+from dba3c.profiling import WorkerLaps
 
 
 def make_pool_and_spec(cfg: Config) -> tuple[EnvPool, NetSpec]:
@@ -48,10 +49,10 @@ def train(config_path: str, overrides: list[str], world_size: int) -> int:
     return exit_code(run)
 
 
-def train_single(cfg: Config) -> dict:
+def train_single(cfg: Config, laps: WorkerLaps | None = None) -> dict:
     """The single-node BA3C trainer: simulators, predictor, trainer and optimizer in one
-    process.
-    Returns the run summary."""
+    process. Returns the run summary. ``laps``: where the worker's threads time their
+    sections (``dba3c bench --profile`` reads them while it runs)."""
     if cfg.synthetic.enabled:
         raise UserError("synthetic.enabled=true needs parameter-server ranks: run it with "
                         "`dba3c launch CONFIG --workers W` (world size 1 computes for real)")
@@ -76,7 +77,7 @@ def train_single(cfg: Config) -> dict:
     if cfg.eval.every:
         evaluator = BackgroundEvaluator(cfg, spec)
         evaluator.start()
-    worker = Worker(cfg, 0, Learner(spec, cfg.train, start.theta), pool)
+    worker = Worker(cfg, 0, Learner(spec, cfg.train, start.theta), pool, laps)
 
     def save(step: int) -> None:
         shard = store.shard

@@ -24,6 +24,7 @@ from dba3c.dist.report import Losses, Seconds, WorkerReport
 from dba3c.envs import EnvPool, ScoreTracker
 from dba3c.errors import TrainingError
 from dba3c.faults import with_faults
+from dba3c.profiling import Laps, WorkerLaps
 from dba3c.rl import sample_actions
 from dba3c.rollout import Batch, RolloutAssembler
 
@@ -37,15 +38,20 @@ AfterStep = Callable[[Params, WorkerReport], bool]
 class Actor(threading.Thread):
     """Simulators + batched predictor, producing mini-batches into ``out``."""
 
+    # sections of the loop (see _loop) that make up time/predict and time/emulate
+    PREDICT_SECTIONS = ("predict", "sample", "send")
+    EMULATE_SECTIONS = ("emulator recv", "copy obs")
+
     def __init__(self, pool: EnvPool, learner: Learner, assembler: RolloutAssembler,
-                 out: queue.Queue, *, seed: int, episodic_life: bool):
+                 out: queue.Queue, *, seed: int, episodic_life: bool,
+                 laps: Laps | None = None):
         super().__init__(name="actor", daemon=True)
         self.pool, self.learner, self.assembler, self.out = pool, learner, assembler, out
         self.rng = np.random.default_rng(seed)
         self.seed = seed
         self.scores = ScoreTracker(pool.num_envs, episodic_life)
         self.env_frames = 0
-        self.t_emulate = self.t_predict = 0.0
+        self.laps = laps or Laps()
         self.error: BaseException | None = None
         self.stopping = threading.Event()
 
@@ -55,26 +61,42 @@ class Actor(threading.Thread):
         except BaseException as e:  # reported by the trainer loop
             self.error = e
 
+    @property
+    def t_predict(self) -> float:
+        """Seconds spent predicting, sampling and sending actions."""
+        return sum(self.laps.seconds.get(k, 0.0) for k in self.PREDICT_SECTIONS)
+
+    @property
+    def t_emulate(self) -> float:
+        """Seconds spent waiting for the simulators' next batch and copying it."""
+        return sum(self.laps.seconds.get(k, 0.0) for k in self.EMULATE_SECTIONS)
+
     def _loop(self) -> None:
         step = self.pool.reset(self.seed)
+        lap = self.laps.lap
+        self.laps.start()
         while not self.stopping.is_set():
-            t0 = time.perf_counter()
             # pi(.|s_{t+1}), V(s_{t+1}): one pass, on the parameters of one version
             pi, v, version = self.learner.predict_with_version(step.obs)
+            lap("predict")
             a_t = sample_actions(pi, self.rng)
+            lap("sample")
             self.pool.send(a_t)
-            t1 = time.perf_counter()
+            lap("send")
             self.assembler.observe(step, v)  # close transitions that led to these states
             self.assembler.act(step, a_t, version)
-            for batch in self.assembler.pop_batches():
+            batches = self.assembler.pop_batches()
+            lap("assemble")
+            for batch in batches:
                 self._put(batch)
-            t2 = time.perf_counter()
+            lap("queue put")
             step = self.pool.recv()
+            lap("emulator recv")
             step.obs = step.obs.copy()
-            self.t_predict += t1 - t0
-            self.t_emulate += time.perf_counter() - t2
+            lap("copy obs")
             self.env_frames += len(step.env_ids) * self.pool.frames_per_step
             self.scores.update(step)
+            lap("scores")
 
     def _put(self, batch: Batch) -> None:
         while not self.stopping.is_set():
@@ -93,8 +115,10 @@ class Worker:
       learner: the network. pool: the simulators, or None with ``debug.synthetic_data``.
     """
 
-    def __init__(self, cfg: Config, rank: int, learner: Learner, pool: EnvPool | None):
+    def __init__(self, cfg: Config, rank: int, learner: Learner, pool: EnvPool | None,
+                 laps: WorkerLaps | None = None):
         self.cfg, self.rank, self.learner = cfg, rank, learner
+        self.laps = laps or WorkerLaps()
         self.batches: queue.Queue = queue.Queue(maxsize=cfg.train.queue_size)
         self.actor = None
         if pool is not None:
@@ -104,7 +128,7 @@ class Worker:
                                          batch_size=cfg.train.batch_size)
             self.actor = Actor(pool, learner, assembler, self.batches,
                                seed=cfg.run.seed * 1000 + rank,
-                               episodic_life=cfg.env.episodic_life)
+                               episodic_life=cfg.env.episodic_life, laps=self.laps.actor)
         self.data_points = 0
         self.t_compute = self.t_wait_data = self.t_wait_params = 0.0
         self._next_batch = self._synthetic_batch if self.actor is None else self._actor_batch
@@ -120,13 +144,18 @@ class Worker:
         self.learner.set_params(params.theta, params.version)
         if self.actor is not None:
             self.actor.start()
+        lap = self.laps.trainer.lap
+        self.laps.trainer.start()
         try:
             while True:
                 batch = self._next_batch(params.version)
+                lap("wait data")
                 grad, losses = self._gradient(batch, params.version)
+                lap("gradient")
                 t0 = time.perf_counter()
                 new = client.push(params.version, grad)
                 self.t_wait_params += time.perf_counter() - t0
+                lap("push")  # Adam in one process, the round trip to the PS otherwise
                 if new is None:
                     return None
                 if new.nonfinite_streak >= self.cfg.train.max_nonfinite:
@@ -137,7 +166,10 @@ class Worker:
                 lag = float(params.version - batch.version.mean())  # updates since acting
                 params = new
                 self.learner.set_params(params.theta, params.version)
-                if after_step(params, self.report(losses, lag)):
+                lap("assign")
+                done = after_step(params, self.report(losses, lag))
+                lap("after step (report, metrics, checkpoints)")
+                if done:
                     return params
         finally:
             self.stop()

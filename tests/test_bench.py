@@ -12,10 +12,13 @@ from dba3c.launchers.bench import (
     RssSampler,
     _dir_bytes,
     bytes_per_step,
+    combined_ceiling,
     combined_rate,
+    cpu_description,
     growth_rate,
     long_table,
     markdown_table,
+    profile_table,
     sandwiched_overheads,
 )
 
@@ -25,6 +28,15 @@ def test_combined_rate_adds_the_time_of_both_computations():
     # 1.2 / 100 s of prediction (one bootstrap state per 5) + 1 / 50 s of training = 0.032 s
     assert combined_rate(100.0, 50.0, 5) == pytest.approx(1 / 0.032)
     assert combined_rate(1e12, 50.0, 5) == pytest.approx(50.0)
+
+
+def test_combined_ceiling_shares_the_cores_between_emulation_and_network():
+    # emulation alone 6000 data points/s, network alone 3000, on the same 2 cores: a data
+    # point costs 2/6000 + 2/3000 = 1/1000 core-seconds, so 2 cores make 2000 per second
+    assert combined_ceiling(6000.0, 3000.0) == pytest.approx(2000.0)
+    assert combined_ceiling(4000.0, 4000.0) == pytest.approx(2000.0)
+    # a free emulator leaves the network's rate
+    assert combined_ceiling(1e15, 3000.0) == pytest.approx(3000.0)
 
 
 def test_bytes_per_step_counts_every_shard_header():
@@ -62,7 +74,8 @@ def _bench_results() -> dict:
                "compute": {"predict_states_per_s": 1000.0, "train_samples_per_s": 500.0,
                            "data_points_per_s": 312.5},
                "matmul_flops_per_s": 1.8e11, "single": {"data_points_per_s": 300.0, **rss},
-               "node_efficiency": 0.96, "mfu": 0.83,
+               "combined_ceiling": combined_ceiling(9000.0, 312.5),
+               "node_efficiency": 0.96, "node_efficiency_combined": 0.99, "mfu": 0.83,
                "distributed": {"1": {"data_points_per_s": 290.0,
                                      "peak_rss_mb": {"rank0": 700.0, "rank1": 300.0}},
                                "2": {"data_points_per_s": 295.0, **rss}},
@@ -73,6 +86,8 @@ def _bench_results() -> dict:
 def test_markdown_table_shows_every_measure():
     text = markdown_table(_bench_results(), "dba3c bench --quick")
     for fragment in ["9000 env steps/s", "312 data points/s together", "| 0.96 |",
+                     "(emulation and network share the cores) | 302 data points/s |",
+                     "against the combined ceiling | 0.99 |",
                      "matmul peak 180 GFLOP/s) | 0.83 |", "(overhead 3%, one pair of runs)",
                      "2 workers + 1 PS, one host | 295", "rank0 700, rank1 300",
                      "sent 4,032"]:
@@ -119,3 +134,32 @@ def test_dir_bytes_splits_checkpoints_from_everything_else(tmp_path):
     (run_dir / "metrics.jsonl").write_bytes(b"m" * 10)
     (run_dir / "tb" / "events.out").write_bytes(b"t" * 5)
     assert _dir_bytes(run_dir) == {"checkpoints": 130, "logs": 15}
+
+
+def test_profile_table_lists_each_thread_s_sections():
+    result = {"config": "configs/pong_small.yaml", "overrides": [], "date": "2026-11-23",
+              "machine": "test CPU", "window_s": 40.0, "warmup_s": 10.0,
+              "load_average": (1.5, 2.0, 2.5), "trainer_steps": 2000, "actor_iterations": 8000,
+              "data_points_per_s": 1600.0, "states_per_actor_iteration": 8,
+              "cores_used": 1.6, "data_points_per_cpu_s": 1000.0,
+              "actor": [("predict", 3.25, 0.65), ("unaccounted", 0.1, 0.02)],
+              "trainer": [("gradient", 12.5, 0.625)]}
+    text = profile_table(result, "dba3c bench --profile --config configs/pong_small.yaml")
+    for fragment in ["1600 data points/s over 40 s after 10 s of warm-up (1000 per CPU-second; "
+                     "the process used 1.60 cores)",
+                     "2000 trainer steps, 8000 actor iterations of 8 states",
+                     "load average at the end 1.5, 2.0, 2.5",
+                     "| actor | predict | 3.250 | 0.650 |", "| actor | unaccounted | 0.100 |",
+                     "| trainer | gradient | 12.500 | 0.625 |"]:
+        assert fragment in text, fragment
+
+
+def test_cpu_description_names_the_first_cpu_and_its_widest_vector_instructions():
+    first = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+             "model name\t: AMD EPYC 9B14\ncpu MHz\t\t: 2596.144\n"
+             "flags\t\t: fpu sse2 avx2 fma avx512f avx512bw\n")
+    second = "processor\t: 1\nmodel name\t: Other\nflags\t\t: fpu\n"
+    assert (cpu_description(first + "\n" + second)
+            == "AMD EPYC 9B14 (family 25, model 17, 2.6 GHz, AVX-512)")
+    assert cpu_description(first.replace(" avx512f avx512bw", "")).endswith("GHz, AVX2)")
+    assert cpu_description("flags\t: fpu\n") == "unknown CPU (family ?, model ?, no AVX2)"

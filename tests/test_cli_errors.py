@@ -82,6 +82,8 @@ CASES = [
     (["bench", "--long", "60", "--run-dir", "{run}"],
      "exists; a long run needs a fresh directory"),
     (["bench", "--long", "0"], "--long 0 must be a positive"),
+    (["bench", "--profile", "--long", "60"],
+     "--long and --profile are separate benchmarks: give one of them"),
     (["plot", "/nonexistent/run", "--out", "/tmp/x"], "/nonexistent/run"),
     (["evaluate", "/nonexistent/ckpt"], "not found: expected a checkpoint file or a run dir"),
     (["evaluate", "{bad_yaml}"], "is not a dba3c checkpoint"),

@@ -4,6 +4,8 @@ data points with that version."""
 
 import itertools
 import queue
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -126,3 +128,27 @@ def test_the_actor_tags_each_data_point_with_the_version_that_predicted():
     # the state at step t was predicted on version t (loaded after the prediction at t - 1)
     assert states.tolist() == list(range(12))
     assert versions.tolist() == list(range(12))
+
+
+def test_a_learner_sizes_tensorflow_s_thread_pools_from_the_config():
+    # in a fresh process: the pools take the configured sizes, a second Learner with the
+    # same sizes is fine, one asking for other sizes after TensorFlow started is refused
+    code = (
+        "import numpy as np, tensorflow as tf\n"
+        "from dba3c.config import TrainConfig\n"
+        "from dba3c.learner import Learner\n"
+        "from dba3c.models import NetSpec\n"
+        "spec = NetSpec('mlp', 16, (4,), 3)\n"
+        "cfg = TrainConfig(intra_op_threads=1, inter_op_threads=3)\n"
+        "Learner(spec, cfg, spec.init_params(0)).predict(np.zeros((2, 4), np.float32))\n"
+        "print(tf.config.threading.get_intra_op_parallelism_threads(),\n"
+        "      tf.config.threading.get_inter_op_parallelism_threads())\n"
+        "Learner(spec, cfg, spec.init_params(1))\n"
+        "try:\n"
+        "    Learner(spec, TrainConfig(intra_op_threads=2), spec.init_params(2))\n"
+        "except RuntimeError:\n"
+        "    print('refused')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1", "3", "refused"]

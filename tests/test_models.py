@@ -351,3 +351,40 @@ def test_forward_depends_on_frame_order():
     _, v = forward(spec, variables, obs)
     _, v_rev = forward(spec, variables, obs[:, ::-1].copy())
     assert not np.allclose(v.numpy(), v_rev.numpy())
+
+
+def _tf_forward_relu_then_pool(spec, variables, obs):
+    """The paper net in its written order, conv -> ReLU -> max-pool (forward pools first)."""
+    x = tf.transpose(tf.cast(obs, tf.float32) / 255.0, [0, 2, 3, 1])
+    for i in range(3):
+        x = tf.nn.max_pool2d(tf.nn.relu(tf.nn.conv2d(x, variables[i], 1, "VALID")), 2, 2,
+                             "VALID")
+    x = tf.nn.relu(tf.nn.conv2d(x, variables[3], 1, "VALID"))
+    x = tf.nn.relu(tf.matmul(tf.reshape(x, [tf.shape(x)[0], -1]), variables[4]) + variables[5])
+    return tf.matmul(x, variables[6]) + variables[7], (tf.matmul(x, variables[8])
+                                                        + variables[9])[:, 0]
+
+
+def test_pooling_before_relu_gives_the_same_outputs_and_gradients():
+    # max-pool and ReLU commute: the pass that pools first must match the written order in
+    # its outputs and in the gradient of every variable (ties at 0 included: an all-negative
+    # window gets no gradient either way)
+    spec = SPECS["ba3c"]
+    variables = [tf.Variable(t) for t in unflatten(spec.layout(), spec.init_params(7))]
+    obs = np.random.default_rng(8).integers(0, 256, (2, *GRAY), dtype=np.uint8)
+    w = tf.constant(np.random.default_rng(9).standard_normal((2, A + 1)), tf.float32)
+
+    def outputs_and_gradients(fn):
+        with tf.GradientTape() as tape:
+            logits, v = fn(spec, variables, obs)
+            out = tf.concat([logits, v[:, None]], axis=1)
+            loss = tf.reduce_sum(out * w)
+        return out.numpy(), [g.numpy() for g in tape.gradient(loss, variables)]
+
+    out, grads = outputs_and_gradients(forward)
+    ref_out, ref_grads = outputs_and_gradients(_tf_forward_relu_then_pool)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-6, atol=1e-7)
+    for g, ref in zip(grads, ref_grads):
+        assert np.abs(ref).max() > 0  # every variable gets a gradient to compare
+        # float32 sums over up to 80 x 80 x 2 positions in another order: 1e-5 of the scale
+        np.testing.assert_allclose(g, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())

@@ -7,10 +7,15 @@ Writes ``bench/results.json`` and appends a markdown table to ``docs/benchmarks.
 2. compute ceilings: prediction states/s and training samples/s of the model alone, and the
    data points/s they allow together on the same cores;
 3. end-to-end single-process data points/s (``dba3c train CONFIG``);
-4. node efficiency = (3) / the lower of the emulator and compute data point rates;
+4. node efficiency against two ceilings: the lower of the emulator and compute data point
+   rates (each alone on all cores), and the combined ceiling (both sharing the cores
+   perfectly, :func:`combined_ceiling`);
 5. MFU = (3) x FLOPs per data point / the matmul FLOP/s measured in the same run;
 6. distributed overhead: 1 worker + 1 PS against (3), and W = 2, 4 on this host (full run);
 plus peak RSS per rank and the bytes each worker sends and receives per step.
+
+``dba3c bench --profile`` instead trains in this process and reports where one worker's
+actor and trainer threads spend each step (``bench/profile.json`` and a markdown table).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,6 +38,7 @@ import numpy as np
 
 from dba3c.config import Config, load_config
 from dba3c.dist.wire import HEADER
+from dba3c.profiling import WorkerLaps, section_table
 from dba3c.rundir import RunDir, write_atomic
 
 if TYPE_CHECKING:  # imported where needed, like the other dba3c modules of a measurement
@@ -46,6 +53,19 @@ def combined_rate(predict_states_per_s: float, train_samples_per_s: float, t_max
         1 / rate = (1 + 1/t_max) / predict_states_per_s + 1 / train_samples_per_s
     """
     return 1.0 / ((1.0 + 1.0 / t_max) / predict_states_per_s + 1.0 / train_samples_per_s)
+
+
+def combined_ceiling(emulator_per_s: float, compute_per_s: float) -> float:
+    """Data points/s of a node whose emulation and network computation share its cores
+    perfectly (no core idle, no cost of switching).
+
+    Each rate is measured alone on all C cores, so one data point costs C / emulator_per_s
+    core-seconds of emulation (one env step per data point) and C / compute_per_s of
+    prediction and training; C cores then make
+        C / (C / emulator_per_s + C / compute_per_s) = 1 / (1 / emulator_per_s + 1 / compute_per_s)
+    data points/s, below the lower of the two rates (which assumes the other is free).
+    """
+    return 1.0 / (1.0 / emulator_per_s + 1.0 / compute_per_s)
 
 
 def sandwiched_overheads(singles: list[float], dists: list[float]) -> list[float]:
@@ -226,6 +246,79 @@ def run_training(config: str, overrides: list[str], workers: int, seconds: float
             **fractions, "peak_rss_mb": rss}
 
 
+def profile_worker(config: str, overrides: list[str], window_s: float,
+                   warmup_s: float = 10.0) -> dict:
+    """Train one process (``dba3c train``, evaluation and checkpoints off) and time each
+    section of the actor's and the trainer's loops over ``window_s`` seconds, from
+    ``warmup_s`` after the first trainer step: ms per loop iteration and share of wall time,
+    per thread. The run then ends as on SIGTERM."""
+    from dba3c.runner import train_single
+
+    laps = WorkerLaps()
+    marks: list[tuple[float, float, dict, dict]] = []  # wall, CPU time, actor, trainer
+    finished = threading.Event()
+
+    def mark_window() -> None:
+        while not laps.trainer.calls.get("gradient") and not finished.wait(0.1):
+            continue
+        for wait in (warmup_s, window_s):
+            if finished.wait(wait):
+                return
+            marks.append((time.perf_counter(), time.process_time(), laps.actor.snapshot(),
+                          laps.trainer.snapshot()))
+        os.kill(os.getpid(), signal.SIGTERM)  # the chief's handler ends the run
+
+    marker = threading.Thread(target=mark_window, daemon=True)
+    with tempfile.TemporaryDirectory(prefix="dba3c-profile-") as run_dir:
+        cfg = load_config(config, [*overrides, f"run.dir={run_dir}", "train.max_steps=0",
+                                   f"train.max_seconds={warmup_s + window_s + 600}",
+                                   "eval.every=0", "run.progress=none",
+                                   "run.checkpoint_every=0"])
+        marker.start()
+        try:
+            train_single(cfg, laps)
+        finally:
+            finished.set()
+            marker.join()
+    if len(marks) < 2:
+        raise RuntimeError(f"training ended before the profile window closed "
+                           f"({warmup_s:g} + {window_s:g} s after the first step)")
+    (t0, cpu0, actor0, trainer0), (t1, cpu1, actor1, trainer1) = marks
+    wall = t1 - t0
+    steps = trainer1.get("gradient", (0.0, 0))[1] - trainer0.get("gradient", (0.0, 0))[1]
+    iterations = actor1.get("predict", (0.0, 0))[1] - actor0.get("predict", (0.0, 0))[1]
+    return {"config": config, "overrides": list(overrides), "date": date.today().isoformat(),
+            "machine": machine_description(), "window_s": wall, "warmup_s": warmup_s,
+            "load_average": os.getloadavg(), "trainer_steps": steps,
+            "actor_iterations": iterations,
+            "data_points_per_s": steps * cfg.train.batch_size / wall,
+            # on a shared machine the CPU this process got is the steadier figure
+            "cores_used": (cpu1 - cpu0) / wall,
+            "data_points_per_cpu_s": steps * cfg.train.batch_size / (cpu1 - cpu0),
+            "states_per_actor_iteration": cfg.env.batch_size,
+            "actor": section_table(actor0, actor1, wall, "predict"),
+            "trainer": section_table(trainer0, trainer1, wall, "gradient")}
+
+
+def profile_table(r: dict, command: str) -> str:
+    """A profile's sections as a dated markdown section."""
+    rows = [f"| {thread} | {name} | {ms:.3f} | {share:.3f} |"
+            for thread in ("actor", "trainer") for name, ms, share in r[thread]]
+    load = ", ".join(f"{x:.1f}" for x in r["load_average"])
+    return "\n".join([
+        f"## `dba3c bench --profile` on {r['date']}", "",
+        f"Command: `{command}`  ", f"Machine: {r['machine']}; config `{r['config']}` "
+        f"{' '.join(r['overrides'])}; load average at the end {load}", "",
+        f"{r['data_points_per_s']:.0f} data points/s over {r['window_s']:.0f} s after "
+        f"{r['warmup_s']:.0f} s of warm-up ({r['data_points_per_cpu_s']:.0f} per CPU-second;"
+        f" the process used {r['cores_used']:.2f} cores): {r['trainer_steps']} trainer steps, "
+        f"{r['actor_iterations']} actor iterations of {r['states_per_actor_iteration']} "
+        f"states. ms per iteration of that thread's loop (actor: per predict call; trainer: "
+        f"per step); share: of the window's wall time.", "",
+        "| thread | section | ms per iteration | share |", "|---|---|---|---|", *rows, ""]
+    ) + "\n"
+
+
 def _dir_bytes(run_dir: Path) -> dict[str, int]:
     """Bytes of a run directory: ``checkpoints`` (bounded by run.keep_checkpoints) and
     ``logs`` (everything else: metrics, evaluations, TensorBoard events)."""
@@ -323,9 +416,12 @@ def run_bench(config: str, overrides: list[str], quick: bool,
     progress(f"bench 4/6: end-to-end single process, {train_s} s")
     single = run_training(config, overrides, 0, train_s)
     results["single"] = single
-    ceiling = min(results["emulator"]["env_steps_per_s"],
-                  results["compute"]["data_points_per_s"])
-    results["node_efficiency"] = single["data_points_per_s"] / ceiling
+    emulator, compute = (results["emulator"]["env_steps_per_s"],
+                         results["compute"]["data_points_per_s"])
+    results["combined_ceiling"] = combined_ceiling(emulator, compute)
+    results["node_efficiency"] = single["data_points_per_s"] / min(emulator, compute)
+    results["node_efficiency_combined"] = (single["data_points_per_s"]
+                                           / results["combined_ceiling"])
     results["mfu"] = (single["data_points_per_s"] * spec.flops_per_data_point()
                       / results["matmul_flops_per_s"])
     singles, runs = [single["data_points_per_s"]], []
@@ -349,14 +445,29 @@ def run_bench(config: str, overrides: list[str], quick: bool,
     return results
 
 
+def cpu_description(cpuinfo: str) -> str:
+    """The first CPU of a /proc/cpuinfo text: model name, family and model numbers, clock,
+    and the widest vector instructions it lists (AVX-512, AVX2 or neither)."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            break  # the first processor only
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    flags = set(fields.get("flags", "").split())
+    vector = ("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags
+              else "no AVX2")
+    mhz = fields.get("cpu MHz")
+    clock = f", {float(mhz) / 1000:.1f} GHz" if mhz else ""
+    return (f"{fields.get('model name', 'unknown CPU')} (family {fields.get('cpu family', '?')}"
+            f", model {fields.get('model', '?')}{clock}, {vector})")
+
+
 def machine_description() -> str:
     """CPU model, logical cores and memory of this machine."""
     model = platform.processor() or "unknown CPU"
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+        model = cpu_description(Path("/proc/cpuinfo").read_text())
         mem_kb = next(int(line.split()[1]) for line in
                       Path("/proc/meminfo").read_text().splitlines()
                       if line.startswith("MemTotal:"))
@@ -382,8 +493,13 @@ def markdown_table(r: dict, command: str) -> str:
         f"| 2. compute ceiling | predict {r['compute']['predict_states_per_s']:.0f} states/s,"
         f" train {r['compute']['train_samples_per_s']:.0f} samples/s -> "
         f"{r['compute']['data_points_per_s']:.0f} data points/s together |",
+        f"| 2. combined ceiling (emulation and network share the cores) | "
+        f"{r['combined_ceiling']:.0f} data points/s |",
         f"| 3. end-to-end, one process | {single['data_points_per_s']:.0f} data points/s |",
-        f"| 4. node efficiency | {r['node_efficiency']:.2f} |",
+        f"| 4. node efficiency against the lower ceiling (the other one free) | "
+        f"{r['node_efficiency']:.2f} |",
+        f"| 4. node efficiency against the combined ceiling | "
+        f"{r['node_efficiency_combined']:.2f} |",
         f"| 5. MFU (matmul peak {r['matmul_flops_per_s'] / 1e9:.0f} GFLOP/s) | "
         f"{r['mfu']:.2f} |",
         f"| 6. 1 worker + 1 PS | {dist['1']['data_points_per_s']:.0f} data points/s "
@@ -428,6 +544,17 @@ def bench_command(config: str, overrides: list[str], quick: bool, out_json: Path
     table = markdown_table(results, _command_line(" --quick" if quick else "", config,
                                                   overrides))
     _record(results, table, out_json, docs)
+    return table
+
+
+def profile_command(config: str, overrides: list[str], quick: bool, out_json: Path,
+                    docs: Path) -> str:
+    """``dba3c bench --profile``: time the sections of one worker's step, write the JSON and
+    append the markdown section; return it."""
+    result = profile_worker(config, overrides, 15 if quick else 40)
+    table = profile_table(result, _command_line(" --profile" + (" --quick" if quick else ""),
+                                                config, overrides))
+    _record(result, table, out_json, docs)
     return table
 
 
