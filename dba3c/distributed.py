@@ -149,7 +149,8 @@ def run_ps(t: Transport, roles: Roles, cfg: Config, num_params: int) -> None:
                          replicas=roles.replicas, lr=cfg.train.lr, beta1=cfg.adam.beta1,
                          beta2=cfg.adam.beta2, epsilon=cfg.adam.epsilon)
     sender = Sender(t)
-    pacer = ReplyPacer()  # sleeps through the workers' gradient computations
+    # sleeps through the workers' gradient computations
+    pacer = ReplyPacer(fine_max_s=cfg.dist.poll_max_ms / 1000)
     grads = {w: Inbox(t, w, GRAD, HEADER + n) for w in roles.workers}
     control = Inbox(t, 0, CONTROL, 2, np.int64)
     finished, frozen = False, False
@@ -265,6 +266,7 @@ class RemoteParameterClient:
     def __init__(self, t: Transport, roles: Roles, cfg: Config, num_params: int,
                  idle: Callable[[], None] | None = None):
         self.t, self.roles, self.mode, self.idle = t, roles, cfg.dist.mode, idle
+        self.max_sleep_s = cfg.dist.poll_max_ms / 1000
         self.bounds = shard_bounds(num_params, len(roles.ps))
         self.inboxes = [Inbox(t, p, PARAMS, HEADER + hi - lo)
                         for p, (lo, hi) in zip(roles.ps, self.bounds)]
@@ -292,7 +294,7 @@ class RemoteParameterClient:
             self._drain()
             return any(self.done) or ready(self._versions())
 
-        wait_until(check, self.idle)
+        wait_until(check, self.idle, self.max_sleep_s)
         if any(self.done):
             return None
         return self._params()
@@ -317,7 +319,7 @@ class RemoteParameterClient:
             self._drain()
             return complete() or all(self.done)
 
-        wait_until(complete_or_ended, self.idle)
+        wait_until(complete_or_ended, self.idle, self.max_sleep_s)
         if not complete():
             raise RuntimeError("the run ended before this worker received parameters")
         return self._params()
@@ -344,7 +346,7 @@ class RemoteParameterClient:
             self._drain()
             return all(self.done) and self.sender.idle()
 
-        wait_until(closed, self.idle)
+        wait_until(closed, self.idle, self.max_sleep_s)
 
 
 # ---- chief --------------------------------------------------------------------------------

@@ -223,6 +223,7 @@ def run_point(config: str, overrides: list[str], point: ScalePoint, *, compute_m
                "eval.rank=false", f"train.max_steps={steps}", "train.max_seconds=0",
                "run.progress=none", "run.log_every=1", "run.checkpoint_every=0",
                f"dist.stall_timeout={STALL_TIMEOUT_S:g}",
+               f"dist.poll_max_ms={cfg.dist.poll_max_ms * time_scale:g}",
                f"run.dir={run_dir}"]
         sampler = CpuSampler(RunDir(run_dir).metrics_path)
         sampler.start()
