@@ -80,9 +80,9 @@ class ScalePoint:
 def scale_grid(quick: bool) -> list[ScalePoint]:
     """The points measured, grouped by link rate: over 10 Gb/s links W x P at FC 128, FC
     sizes and P at the largest W, and backup workers (R = W - W/16) with and without
-    stragglers; over 100 Gb/s links W at P = 1 and 4, FC 128 (a 64-worker point takes 2-4
-    minutes on 2 cores, most of it starting and ending 68 ranks, so the whole grid takes about
-    an hour there). ``quick`` is a 16-worker version with two 100 Gb/s points."""
+    stragglers; over 100 Gb/s links W at P = 1 and 4, FC 128 (a 64-worker point takes
+    100-140 s on 2 loaded cores, most of it starting 68 ranks, so the whole grid takes well
+    over 25 minutes there). ``quick`` is a 16-worker version with two 100 Gb/s points."""
     sizes: tuple[int, ...]
     servers: tuple[int, ...]
     fcs: tuple[int, ...]
