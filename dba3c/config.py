@@ -177,6 +177,9 @@ class DistConfig:
     chief_trains: bool = _opt(True, None, "rank 0 computes gradients too")
     stall_timeout: float = _opt(300.0, NON_NEGATIVE, "seconds without a global step before "
                                 "the chief ends the job naming the ranks it waits on; 0 = never")
+    poll_max_ms: float = _opt(0.5, _between(0, 1000, lo_open=True),
+                              "longest sleep between two polls of a waiting worker or "
+                              "parameter server, ms (dba3c bench --scale: x its time scale)")
 
 
 @dataclass(frozen=True)
@@ -301,10 +304,18 @@ def _type_error(key: str, value: Any, ftype: str) -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def ale_games() -> tuple[str, ...]:
-    """The ROM names shipped inside ale-py."""
-    from ale_py.roms import get_all_rom_ids
+    """The ROM names shipped inside ale-py: the keys of its ``roms/md5.json`` (what
+    ``ale_py.roms.get_all_rom_ids`` reads), found without importing ale_py, which imports
+    gymnasium (0.2-0.4 s in each of a run's ranks)."""
+    import importlib.util
+    import json
+    from pathlib import Path
 
-    return tuple(sorted(get_all_rom_ids()))
+    spec = importlib.util.find_spec("ale_py")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError("ale-py is not installed: `pip install ale-py` for Atari games")
+    md5 = Path(spec.submodule_search_locations[0]) / "roms" / "md5.json"
+    return tuple(sorted(name.split(".")[0] for name in json.loads(md5.read_text())))
 
 
 def is_atari(env_id: str) -> bool:

@@ -29,17 +29,19 @@ class ReplyPacer:
     where a reply time is the time from a request to its reply. Before ``t_due`` the rank
     sleeps (at most ``coarse_max_s`` at a time); from then on, or when a peer has no reply
     time yet, or nothing is awaited, it polls finely: ``FINE_MIN_S`` doubling to
-    ``FINE_MAX_S``, restarted by every message.
+    ``fine_max_s`` (``FINE_MAX_S`` unless ``dist.poll_max_ms`` says otherwise), restarted by
+    every message.
 
     Requests and replies carry a version, so a late reply to an older request (a backup
     worker's stale gradient) is not mistaken for a fast reply to the newest one.
     """
 
     def __init__(self, margin: float = 0.8, history: int = 8,
-                 coarse_max_s: float = COARSE_MAX_S):
+                 coarse_max_s: float = COARSE_MAX_S, fine_max_s: float = FINE_MAX_S):
         if not 0.0 < margin <= 1.0:
             raise ValueError(f"margin {margin} must be in (0, 1]")
         self.margin, self.history, self.coarse_max_s = margin, history, coarse_max_s
+        self.fine_max_s = max(fine_max_s, FINE_MIN_S)
         self._awaited: dict[int, tuple[int, float]] = {}  # peer -> (version, t_sent)
         self._reply_s: dict[int, deque] = {}  # peer -> recent reply times, seconds
         self._fine_s = FINE_MIN_S
@@ -72,5 +74,5 @@ class ReplyPacer:
             wait = min(known) - now
             if wait > 0:
                 return min(wait, self.coarse_max_s)
-        fine, self._fine_s = self._fine_s, min(2 * self._fine_s, FINE_MAX_S)
+        fine, self._fine_s = self._fine_s, min(2 * self._fine_s, self.fine_max_s)
         return fine

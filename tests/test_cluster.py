@@ -20,27 +20,17 @@ import sys
 
 import pytest
 
-from dba3c.launchers.emulated import emulation_problem
+from dba3c.launchers.emulated import cluster, emulation_problem, run_script
 
 from conftest import ROOT, read_jsonl
 from test_slurm import check_usr2_requeue_resumes_without_gap, sbatch, wait_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-CLUSTER = ["bash", str(ROOT / "slurm" / "local-cluster.sh")]
 NODES = 3
 
 # A TCP segment on a veth link (MTU 1500) carries at most 1448 payload bytes and costs
 # 14 (Ethernet) + 20 (IPv4) + 32 (TCP with timestamps) more on the wire.
 WIRE_PER_PAYLOAD = (1448 + 14 + 20 + 32) / 1448
-
-
-def cluster(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``slurm/local-cluster.sh ARGS``."""
-    proc = subprocess.run([*CLUSTER, *args], capture_output=True, text=True, timeout=300)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"local-cluster.sh {' '.join(args)} exited {proc.returncode}:\n"
-                             f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    return proc
 
 
 @pytest.fixture(scope="module")
@@ -49,14 +39,14 @@ def emulated():
     problem = emulation_problem()
     if problem:
         pytest.skip(f"no emulated cluster here: {problem}")
-    start = cluster("start", "--nodes", str(NODES), "--link", "10gbit", check=False)
+    start = run_script("start", "--nodes", str(NODES), "--link", "10gbit")
     if start.returncode == 2:
         pytest.skip(f"cannot start an emulated cluster here: {start.stderr.strip()[-300:]}")
     assert start.returncode == 0, start.stderr[-3000:]
     try:
         yield
     finally:
-        cluster("stop", check=False)
+        run_script("stop")
 
 
 def qdisc_sent(dev: str, netns: str | None = None) -> int:
@@ -125,7 +115,7 @@ def test_nodes_are_namespaces_on_a_closed_network_with_slurmds(emulated):
                                 capture_output=True, text=True, check=True).stdout
         assert routes.split() == ["10.77.0.0/24", "dev", "eth0", "proto", "kernel", "scope",
                                   "link", "src", f"10.77.0.{k + 1}"]  # no default route
-    status = cluster("status").stdout
+    status = cluster("status")
     assert status.count("slurmd running") == NODES and "rate 10Gbit" in status
     out = subprocess.run(["srun", f"-N{NODES}", f"-n{NODES}", "-l", "sh", "-c",
                           "echo $(hostname) $(getent hosts node1 | cut -d' ' -f1) "
@@ -142,7 +132,7 @@ def test_a_shaped_link_limits_mpi_over_tcp(emulated):
     cluster("start", "--nodes", str(NODES), "--link", "200mbit")
     try:
         before = link_bytes()
-        args = shlex.split(cluster("mpiexec-args").stdout)
+        args = shlex.split(cluster("mpiexec-args"))
         proc = subprocess.run([str(ROOT / ".venv" / "bin" / "mpiexec"), *args, "-n", "2",
                                sys.executable, str(ROOT / "dba3c" / "launchers" / "pingpong.py"),
                                str(4 << 20), "5"],
@@ -176,7 +166,7 @@ def test_training_ranks_on_three_nodes_talk_through_the_links(emulated, tmp_path
     n = num_params(overrides)
     before = link_bytes()
     if launcher == "dba3c launch":
-        env = dict(os.environ, DBA3C_MPIEXEC_ARGS=cluster("mpiexec-args").stdout.strip())
+        env = dict(os.environ, DBA3C_MPIEXEC_ARGS=cluster("mpiexec-args").strip())
         proc = subprocess.run([sys.executable, "-m", "dba3c", "launch", "configs/cartpole.yaml",
                                "--workers", "2", *overrides], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=400)
@@ -201,7 +191,7 @@ def test_usr2_requeue_resumes_across_two_nodes(emulated, tmp_path):
 def test_bad_start_options_fail_with_one_line():
     for args, bad in ((["--nodes", "0"], "'0'"), (["--link", "fast", "--nodes", "2"], "'fast'"),
                       (["--link", "1gbit"], "needs --nodes 2")):
-        proc = cluster("start", *args, check=False)
+        proc = run_script("start", *args)
         assert proc.returncode == 2 and proc.stdout == "", (args, proc.stderr)
         assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
         assert bad in proc.stderr
@@ -224,7 +214,7 @@ def test_stop_removes_every_namespace_link_bridge_and_daemon(emulated):
     subprocess.run(["ip", "link", "add", "d3v9", "type", "veth", "peer", "name", "d3v9n"],
                    check=True)
     os.makedirs("/etc/netns/dba3c-node9", exist_ok=True)
-    daemons = [line.split("(pid ")[1].rstrip(")") for line in cluster("status").stdout.split(
+    daemons = [line.split("(pid ")[1].rstrip(")") for line in cluster("status").split(
         "\n") if "(pid " in line]
     assert len(daemons) == NODES + 2  # munged, slurmctld, one slurmd per node
     cluster("stop")
@@ -234,4 +224,4 @@ def test_stop_removes_every_namespace_link_bridge_and_daemon(emulated):
     assert not re.search(r"^\d+: (d3v\d+|dba3c-br0)", links, re.M), links
     assert not glob.glob("/etc/netns/dba3c-*")
     assert not [pid for pid in daemons if os.path.exists(f"/proc/{pid}")]
-    assert cluster("status", check=False).returncode == 3
+    assert run_script("status").returncode == 3

@@ -13,6 +13,7 @@ import pytest
 
 from dba3c.config import (
     Config,
+    ale_games,
     all_keys,
     describe_keys,
     dump_yaml,
@@ -254,6 +255,24 @@ def test_breakout_64_preset_is_the_papers_best_run():
 
 
 # --------------------------------------------------------------------------- roles
+
+def test_ale_games_are_ale_pys_roms_without_importing_it():
+    """The ROM list comes from ale-py's own md5.json in a fresh process that loads a config
+    but imports neither ale_py nor gymnasium (each rank of a run loads its config)."""
+    import subprocess
+    import sys
+
+    from ale_py.roms import get_all_rom_ids
+
+    assert ale_games() == tuple(sorted(get_all_rom_ids()))
+    assert "breakout" in ale_games() and "pong" in ale_games()
+    code = ("import sys; from dba3c.config import load_config; "
+            "load_config('configs/breakout.yaml', ['env.id=pong']); "
+            "print(sorted(m for m in ('ale_py', 'gymnasium') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "[]"
+
 
 def test_world_size_one_is_the_single_node_trainer():
     roles = make_roles(1, Config())

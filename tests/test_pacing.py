@@ -79,3 +79,12 @@ def test_a_send_in_flight_or_nothing_awaited_means_fine_polls_and_messages_resta
 def test_margin_must_leave_time_before_the_reply():
     with pytest.raises(ValueError, match="margin"):
         ReplyPacer(margin=1.5)
+
+
+def test_fine_polls_double_up_to_a_chosen_longest_sleep():
+    """``fine_max_s`` (dist.poll_max_ms; the scale bench multiplies it by its time scale)
+    caps the doubling instead of FINE_MAX_S."""
+    pacer = ReplyPacer(fine_max_s=0.005)
+    sleeps = [pacer.pause(0.0) for _ in range(10)]
+    assert sleeps == [min(FINE_MIN_S * 2 ** k, 0.005) for k in range(10)]
+    assert sleeps[-1] == 0.005 > FINE_MAX_S

@@ -69,7 +69,8 @@ class ParameterServer:
         self.roles, self.cfg = roles, cfg
         self.server = make_shard(init, cfg, mode=cfg.dist.mode, replicas=roles.replicas)
         self.sender = Sender(t)
-        self.pacer = ReplyPacer()  # sleeps through the workers' gradient computations
+        # sleeps through the workers' gradient computations
+        self.pacer = ReplyPacer(fine_max_s=cfg.dist.poll_max_ms / 1000)
         size = framed_size(init.theta_shard.size)
         self.grads = {w: Inbox(t, w, GradMsg, size) for w in roles.workers}
         self.control = Inbox(t, 0, ControlMsg, ControlMsg.SIZE)

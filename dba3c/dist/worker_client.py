@@ -26,6 +26,7 @@ class RemoteParameterClient:
     def __init__(self, t: Transport, roles: Roles, cfg: Config, num_params: int,
                  idle: Callable[[], None] | None = None):
         self.t, self.roles, self.mode, self.idle = t, roles, cfg.dist.mode, idle
+        self.max_sleep_s = cfg.dist.poll_max_ms / 1000
         self.bounds = shard_bounds(num_params, len(roles.ps))
         self.feed = ShardFeed(t, roles.ps, self.bounds, Tag.PARAMS)
         self.sender = Sender(t)
@@ -35,7 +36,7 @@ class RemoteParameterClient:
             self.feed.poll()
             return self.feed.ended or ready(self.feed.versions())
 
-        wait_until(check, self.idle)
+        wait_until(check, self.idle, self.max_sleep_s)
         return None if self.feed.ended else self.feed.params()
 
     def pull(self) -> Params:
@@ -45,7 +46,7 @@ class RemoteParameterClient:
             self.feed.poll()
             return self.feed.complete_version() >= 0 or all(self.feed.done)
 
-        wait_until(complete_or_ended, self.idle)
+        wait_until(complete_or_ended, self.idle, self.max_sleep_s)
         if self.feed.complete_version() < 0:
             raise RuntimeError("the run ended before this worker received parameters")
         return self.feed.params()
@@ -67,4 +68,4 @@ class RemoteParameterClient:
             self.feed.poll()
             return all(self.feed.done) and self.sender.idle()
 
-        wait_until(closed, self.idle)
+        wait_until(closed, self.idle, self.max_sleep_s)

@@ -16,7 +16,7 @@ from typing import Self
 
 from dba3c.errors import UserError
 
-SCRIPT = Path(__file__).resolve().parent.parent / "slurm" / "local-cluster.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "slurm" / "local-cluster.sh"
 PINGPONG = Path(__file__).resolve().parent / "pingpong.py"
 UNSHAPED = "100gbit"  # far above what this host's cores move: such links do not limit
 
@@ -49,10 +49,16 @@ def link_rate(link_gbit: float, time_scale: float) -> str:
     return f"{mbit}mbit"
 
 
+def run_script(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``local-cluster.sh ARGS`` (stdout and stderr captured); its result, whatever its
+    exit code."""
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
 def cluster(*args: str) -> str:
     """Run ``local-cluster.sh ARGS``; its stdout. RuntimeError with its output if it fails."""
-    proc = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=600, check=False)
+    proc = run_script(*args)
     if proc.returncode != 0:
         raise RuntimeError(f"local-cluster.sh {' '.join(args)} exited {proc.returncode}: "
                            f"{(proc.stdout + proc.stderr)[-2000:]}")

@@ -98,9 +98,9 @@ def collective_grid(quick: bool) -> list[ScalePoint]:
 def scale_grid(quick: bool) -> list[ScalePoint]:
     """The points measured, grouped by link rate: over 10 Gb/s links W x P at FC 128, FC
     sizes and P at the largest W, and backup workers (R = W - W/16) with and without
-    stragglers; over 100 Gb/s links W at P = 1 and 4, FC 128 (a 64-worker point takes 2-4
-    minutes on 2 cores, most of it starting and ending 68 ranks, so the whole grid takes about
-    an hour there). ``quick`` is a 16-worker version with two 100 Gb/s points."""
+    stragglers; over 100 Gb/s links W at P = 1 and 4, FC 128 (a 64-worker point takes
+    100-140 s on 2 loaded cores, most of it starting 68 ranks, so the whole grid takes well
+    over 25 minutes there). ``quick`` is a 16-worker version with two 100 Gb/s points."""
     sizes: tuple[int, ...]
     servers: tuple[int, ...]
     fcs: tuple[int, ...]
@@ -255,6 +255,7 @@ def run_point(config: str, overrides: list[str], point: ScalePoint, *, compute_m
                "eval.rank=false", f"train.max_steps={steps}", "train.max_seconds=0",
                "run.progress=none", "run.log_every=1", "run.checkpoint_every=0",
                f"dist.stall_timeout={STALL_TIMEOUT_S:g}",
+               f"dist.poll_max_ms={cfg.dist.poll_max_ms * time_scale:g}",
                f"run.dir={run_dir}"]
         sampler = CpuSampler(RunDir(run_dir).metrics_path)
         sampler.start()
