@@ -385,18 +385,20 @@ def test_a_rank_that_stops_answering_ends_the_collective_job_naming_it(tmp_path)
 
 def test_a_rank_waiting_in_the_collectives_does_not_spin_a_core():
     """Rank 1 waits ~20 ms per round for rank 0 in the reduce-scatter: polled as the
-    collective client polls (50 us sleeps), it uses a small part of a core (MPI_Wait would
-    spin one; docs/benchmarks.md has both)."""
+    collective client polls (50 us sleeps), it uses a part of a core (~0.3 on an idle host),
+    at most half of what MPI_Wait spins in the same place (~1.0 idle; docs/benchmarks.md has
+    both). Compared in one run, so a loaded host lowers both."""
     from dba3c.launchers.waiting import PAPER_PARAMS, run_point, waiting_table
 
     poll = run_point(2, "poll-fine", PAPER_PARAMS, rounds=10, late_ms=20.0)
+    block = run_point(2, "block", PAPER_PARAMS, rounds=10, late_ms=20.0)
     assert poll["ranks"] == 2 and poll["strategy"] == "poll-fine" and poll["step_ms"] > 0
-    assert poll["wait_cpu"] < 0.25, poll
-    table = waiting_table([poll, {**poll, "strategy": "block", "wait_cpu": 0.9}])
+    assert poll["wait_cpu"] < 0.5 * block["wait_cpu"], (poll, block)
+    table = waiting_table([poll, block])
     assert table.splitlines()[0].startswith("| ranks | step ms, poll-fine | step ms, block | ")
-    step = f"{poll['step_ms']:.2f}"
-    assert table.splitlines()[-1].startswith(f"| 2 | {step} | {step} | ")
-    assert f" | {poll['wait_cpu']:.2f} | 0.90 | " in table.splitlines()[-1]
+    row = table.splitlines()[-1]
+    assert row.startswith(f"| 2 | {poll['step_ms']:.2f} | {block['step_ms']:.2f} | "), row
+    assert f" | {poll['wait_cpu']:.2f} | {block['wait_cpu']:.2f} | " in row, row
 
 
 @pytest.mark.slow

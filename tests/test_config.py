@@ -424,3 +424,12 @@ def test_collective_backup_workers_are_refused_when_the_world_decides_the_count(
     with pytest.raises(UserError, match="dist.replicas_to_aggregate=2 .backup workers. needs "
                                         "dist.aggregation: ps"):
         make_roles(3, cfg_with(dist={**COLLECTIVE, "replicas_to_aggregate": 2}))
+
+
+def test_poll_caps_are_positive_and_reported_together():
+    with pytest.raises(UserError) as e:
+        from_dict({"dist": {"poll_max_ms": 0, "collective_poll_us": -5}})
+    assert str(e.value) == ("dist.poll_max_ms=0 must be a number in (0, 1000]; "
+                            "dist.collective_poll_us=-5 must be a number in (0, 1000000]")
+    assert from_dict({"dist": {**COLLECTIVE, "collective_poll_us": 500}}).dist \
+        .collective_poll_us == 500

@@ -15,8 +15,8 @@ One synchronous step t, in :meth:`CollectiveClient.push`:
   3. an allgather of the updated shards: every rank holds theta_{t+1} and trains on it.
 
 While a rank waits in a collective its actor thread keeps simulating (``dba3c.worker``);
-waiting polls the requests with sleeps of at most ``WAIT_MAX_SLEEP_S``
-(:func:`~dba3c.transport.wait_until`), so a waiting rank does not spin a core. The sleeps are
+waiting polls the requests with sleeps of at most ``dist.collective_poll_us`` (50 us,
+``WAIT_MAX_SLEEP_S``; :func:`~dba3c.transport.wait_until`), so a waiting rank does not spin a core. The sleeps are
 shorter than elsewhere because a nonblocking collective advances from one round of its
 algorithm to the next only inside an MPI call: docs/benchmarks.md measured 50 us sleeps as
 fast as MPI's blocking wait at a fraction of its CPU, 0.5 ms sleeps up to 50% slower.
@@ -72,7 +72,7 @@ if TYPE_CHECKING:
     from dba3c.chief import Chief
 
 NONFINITE, STOP_REQUESTED = 0, 1  # slots of the control vector reduced with each gradient
-WAIT_MAX_SLEEP_S = 5e-5  # polling a collective: at most 50 us between MPI_Test calls
+WAIT_MAX_SLEEP_S = 5e-5  # dist.collective_poll_us's default: at most 50 us between MPI_Tests
 IDLE_EVERY_S = 5e-4  # the idle work (the chief's bookkeeping, QUERY answers) runs this often
 
 
@@ -107,8 +107,10 @@ class CollectiveClient:
 
     def __init__(self, group: Collectives, shard: ShardServer, counts: list[int],
                  train: TrainConfig, *, chief: bool, wants_stop: Callable[[], bool],
-                 idle: Callable[[], None] | None = None):
+                 idle: Callable[[], None] | None = None,
+                 max_sleep_s: float = WAIT_MAX_SLEEP_S):
         self.group, self.shard, self.counts, self.train = group, shard, counts, train
+        self.max_sleep_s = max_sleep_s
         self.chief, self.wants_stop = chief, wants_stop
         self.idle = None if idle is None else Throttled(idle, IDLE_EVERY_S)
         self.theta = np.zeros(sum(counts), np.float32)
@@ -118,7 +120,7 @@ class CollectiveClient:
 
     def _wait(self, *requests: Request) -> None:
         wait_until(lambda: all([r.test() for r in requests]), self.idle,
-                   max_sleep_s=WAIT_MAX_SLEEP_S)
+                   max_sleep_s=self.max_sleep_s)
 
     def _params(self) -> Params:
         self._wait(self.group.iallgather(self.shard.theta_shard, self.theta, self.counts))
@@ -321,7 +323,8 @@ def run_collective_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec
     start_step = shard.version
     watch = RankWatch(t, cfg.dist.stall_timeout, shard) if cfg.dist.stall_timeout else None
     client = CollectiveClient(group, shard, counts, cfg.train, chief=False,
-                              wants_stop=lambda: False, idle=watch.poll if watch else None)
+                              wants_stop=lambda: False, idle=watch.poll if watch else None,
+                              max_sleep_s=cfg.dist.collective_poll_us / 1e6)
     sender, snapshots = Sender(t), Snapshots(t, roles, cfg)
 
     def after_step(params: Params, report: WorkerReport) -> bool:
@@ -357,7 +360,8 @@ def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
     shard = link.send_start(start.step, start.theta, start.adam)
     client = CollectiveClient(group, shard, shard_counts(spec.layout().num_params, group.size),
                               cfg.train, chief=True,
-                              wants_stop=lambda: chief.stop_reason is not None, idle=link.poll)
+                              wants_stop=lambda: chief.stop_reason is not None, idle=link.poll,
+                              max_sleep_s=cfg.dist.collective_poll_us / 1e6)
     snapshots = Snapshots(t, roles, cfg)
     evaluator = None
     if cfg.eval.every and roles.evaluator is None:  # no evaluator rank: evaluate in here

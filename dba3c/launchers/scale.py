@@ -256,6 +256,7 @@ def run_point(config: str, overrides: list[str], point: ScalePoint, *, compute_m
                "run.progress=none", "run.log_every=1", "run.checkpoint_every=0",
                f"dist.stall_timeout={STALL_TIMEOUT_S:g}",
                f"dist.poll_max_ms={cfg.dist.poll_max_ms * time_scale:g}",
+               f"dist.collective_poll_us={cfg.dist.collective_poll_us * time_scale:g}",
                f"run.dir={run_dir}"]
         sampler = CpuSampler(RunDir(run_dir).metrics_path)
         sampler.start()
