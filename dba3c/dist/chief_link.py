@@ -96,9 +96,8 @@ class ChiefLink:
 
     def send_init(self, step: int, theta: np.ndarray, adam: AdamState) -> None:
         """Hand every PS its shard of the starting parameters and Adam state."""
-        for p, (lo, hi) in zip(self.roles.ps, self.bounds):
-            self.sender.post(StateMsg(step, adam.count, False, theta[lo:hi],
-                                      adam.m_shard[lo:hi], adam.v_shard[lo:hi]), [p])
+        for p, state in zip(self.roles.ps, StateMsg.start_shards(step, theta, adam, self.bounds)):
+            self.sender.post(state, [p])
 
     @property
     def finished(self) -> bool:

@@ -48,7 +48,7 @@ from dba3c.config import Config, TrainConfig
 from dba3c.core import EvalSchedule, Params, ShardServer
 from dba3c.dist.chief_link import ChiefInbox, save_shards
 from dba3c.dist.mailbox import Inbox, Sender, receive_one
-from dba3c.dist.ps import make_shard
+from dba3c.dist.ps import make_shard, state_message
 from dba3c.dist.report import WorkerReport
 from dba3c.dist.wire import (
     END,
@@ -154,12 +154,6 @@ class CollectiveClient:
         return params
 
 
-def state_message(shard: ShardServer, final: bool) -> StateMsg:
-    """A shard's state (theta, Adam's m and v) as a parameter server sends it."""
-    return StateMsg(shard.version, shard.adam.count, final, shard.theta_shard,
-                    shard.adam.m_shard, shard.adam.v_shard)
-
-
 class Snapshots:
     """A training rank's shard to the evaluator rank every ``eval.every`` steps, and DONE at
     the end (as a parameter server sends them); nothing without an evaluator rank."""
@@ -206,9 +200,8 @@ class CollectiveChiefLink:
     def send_start(self, step: int, theta: np.ndarray, adam: AdamState) -> ShardServer:
         """Hand every other training rank its shard of the start state; the chief's own."""
         own = None
-        for r, (lo, hi) in zip(self.roles.workers, self.bounds):
-            state = StateMsg(step, adam.count, False, theta[lo:hi], adam.m_shard[lo:hi],
-                             adam.v_shard[lo:hi])
+        states = StateMsg.start_shards(step, theta, adam, self.bounds)
+        for r, state in zip(self.roles.workers, states):
             if r == self.t.rank:
                 own = make_shard(state, self.cfg, mode="sync", replicas=1)
             else:

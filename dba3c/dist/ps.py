@@ -51,6 +51,12 @@ def make_shard(state: StateMsg, cfg: Config, *, mode: str, replicas: int) -> Sha
                        optimizer=make_optimizer(cfg))
 
 
+def state_message(shard: ShardServer, final: bool) -> StateMsg:
+    """A shard's state (theta, Adam's m and v) as a parameter server sends it to the chief."""
+    return StateMsg(shard.version, shard.adam.count, final, shard.theta_shard,
+                    shard.adam.m_shard, shard.adam.v_shard)
+
+
 class PsState(Enum):
     """Where a parameter server is in the run (see the module docstring)."""
 
@@ -171,9 +177,7 @@ class ParameterServer:
                                  float(sum(stale)), len(stale), max(stale, default=0)), [0])
 
     def _send_state(self, final: bool) -> None:
-        s = self.server
-        self.sender.post(StateMsg(s.version, s.adam.count, final, s.theta_shard,
-                                  s.adam.m_shard, s.adam.v_shard), [0])
+        self.sender.post(state_message(self.server, final), [0])
 
     def _finish(self) -> None:
         """Final state to the chief, DONE to every worker and the evaluator."""

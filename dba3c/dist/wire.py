@@ -24,11 +24,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import ClassVar, Protocol, Self
+from typing import TYPE_CHECKING, ClassVar, Protocol, Self
 
 import numpy as np
 
 from dba3c.dist.report import VECTOR_SIZE, WorkerReport
+
+if TYPE_CHECKING:
+    from dba3c.adam import AdamState
 
 HEADER = 8  # float32 slots = 4 int64
 END = -1  # the version (or step) of BYE, DONE and the evaluator's last message
@@ -190,6 +193,14 @@ class StateMsg:
         (version, count, final, _), body = _unframe(buf)
         theta, m, v = np.split(body, 3)
         return cls(version, count, bool(final), theta, m, v)
+
+    @classmethod
+    def start_shards(cls, step: int, theta: np.ndarray, adam: AdamState,
+                     bounds: Sequence[tuple[int, int]]) -> list[StateMsg]:
+        """The start state (theta and the optimizer's whole state) cut into one message per
+        shard ``[lo, hi)`` of ``bounds``."""
+        return [cls(step, adam.count, False, theta[lo:hi], adam.m_shard[lo:hi],
+                    adam.v_shard[lo:hi]) for lo, hi in bounds]
 
 
 @dataclass(frozen=True)
