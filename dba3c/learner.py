@@ -34,6 +34,14 @@ def set_tensorflow_threads(intra_op: int, inter_op: int) -> None:
             set_(wanted)
 
 
+def onednn_enabled() -> bool:
+    """Whether this process's TensorFlow runs its oneDNN CPU kernels (``dba3c/__init__.py``
+    turns them on unless ``TF_ENABLE_ONEDNN_OPTS`` says otherwise)."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
 class Learner:
     """Variables, prediction and gradient computation for one network.
 

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import dba3c as _dba3c  # noqa: F401  (sets TensorFlow's oneDNN default before tests import it)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -3,6 +3,7 @@ loads new parameters sees exactly one parameter version, and reports which; the 
 data points with that version."""
 
 import itertools
+import os
 import queue
 import subprocess
 import sys
@@ -152,3 +153,13 @@ def test_a_learner_sizes_tensorflow_s_thread_pools_from_the_config():
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["1", "3", "refused"]
+
+
+def test_dba3c_turns_on_onednn_kernels_unless_the_environment_says_otherwise():
+    probe = ("import os, dba3c; from dba3c.learner import onednn_enabled; "
+             "print(os.environ['TF_ENABLE_ONEDNN_OPTS'], onednn_enabled())")
+    for environ, expected in (({}, "1 True"), ({"TF_ENABLE_ONEDNN_OPTS": "0"}, "0 False")):
+        env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+        out = subprocess.run([sys.executable, "-c", probe], env={**env, **environ},
+                             capture_output=True, text=True, check=True).stdout
+        assert out.split("\n")[-2] == expected, out

@@ -394,15 +394,17 @@ def run_bench(config: str, overrides: list[str], quick: bool,
                                                                    flush=True)) -> dict:
     """Every measurement; the results as one JSON-able dict."""
     from dba3c.envs import env_spaces
+    from dba3c.learner import onednn_enabled
     from dba3c.models import make_net_spec
 
     cfg = load_config(config, overrides)
     spec = make_net_spec(cfg.model, *env_spaces(cfg))
     layout = spec.layout()
+    kernels = "TensorFlow oneDNN" if onednn_enabled() else "TensorFlow's own (no oneDNN)"
     train_s, dist_s, pairs = (30, 30, 1) if quick else (120, 60, 3)
     results: dict = {"config": config, "overrides": list(overrides), "quick": quick,
                      "date": date.today().isoformat(), "machine": machine_description(),
-                     "parameters": layout.num_params,
+                     "cpu_kernels": kernels, "parameters": layout.num_params,
                      "flops_per_data_point": spec.flops_per_data_point(),
                      "bytes_per_step_per_worker": bytes_per_step(layout.num_params,
                                                                  cfg.dist.ps),
@@ -484,7 +486,8 @@ def markdown_table(r: dict, command: str) -> str:
     dist_rss = ", ".join(f"{k} {v:.0f}" for k, v in dist["1"]["peak_rss_mb"].items())
     lines = [
         f"## `dba3c bench{' --quick' if r['quick'] else ''}` on {r['date']}", "",
-        f"Command: `{command}`  ", f"Machine: {r['machine']}; config `{r['config']}` "
+        f"Command: `{command}`  ", f"Machine: {r['machine']}; "
+        f"{r['cpu_kernels']} CPU kernels; config `{r['config']}` "
         f"{' '.join(r['overrides'])} ({r['parameters']:,} parameters, "
         f"{r['flops_per_data_point'] / 1e6:.0f} MFLOP per data point)", "",
         "| measure | value |", "|---|---|",
