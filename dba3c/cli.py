@@ -27,6 +27,18 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
                    help="config overrides with YAML typing, e.g. train.lr=3e-4")
 
 
+def worker_counts(text: str) -> tuple[int, ...]:
+    """``--workers 32,64`` of ``dba3c bench --scale``: positive worker counts."""
+    try:
+        counts = tuple(int(w) for w in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive "
+                                         f"worker counts (e.g. 32,64)")
+    return counts
+
+
 def make_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
     parser = _Parser(prog="dba3c", description="Distributed synchronous BA3C for Atari.")
@@ -96,6 +108,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--aggregation", choices=("ps", "collective"), default=None,
                    help="--scale: ps (the default grid: workers x parameter servers) or "
                    "collective (workers without parameter servers, dist.aggregation)")
+    p.add_argument("--workers", type=worker_counts, default=(), metavar="W[,W...]",
+                   help="--scale: only the grid's points with these worker counts (e.g. 32,64)")
 
     sub.add_parser("submit", help="submit to Slurm with submitit (see `dba3c submit --help`)")
 
@@ -266,9 +280,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise UserError(f"--time-scale {args.time_scale:g} must be at least 1")
         table = scale_command(args.config, args.overrides, args.quick, args.compute_ms,
                               args.time_scale, Path(args.out).with_name(SCALE_JSON),
-                              Path(args.docs), args.aggregation or "ps")
-    elif args.aggregation is not None:
-        raise UserError(f"--aggregation {args.aggregation} is a --scale option (give --scale)")
+                              Path(args.docs), args.aggregation or "ps", args.workers)
+    elif args.aggregation is not None or args.workers:
+        option = "--aggregation" if args.aggregation is not None else "--workers"
+        raise UserError(f"{option} is a --scale option (give --scale)")
     elif args.long is None:
         table = bench_command(args.config, args.overrides, args.quick, Path(args.out),
                               Path(args.docs))

@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 import pytest
 
+from dba3c.errors import UserError
 from dba3c.launchers.emulated import emulation_problem, link_rate
 from dba3c.launchers.scale import (
     ScalePoint,
@@ -22,6 +23,7 @@ from dba3c.launchers.scale import (
     run_point,
     scale_grid,
     scale_table,
+    select_workers,
     steady_step_seconds,
     steps_for,
 )
@@ -129,6 +131,37 @@ def test_the_collective_grid_has_no_parameter_servers():
             and not p.slow_workers] == [2, 4, 8, 16, 32, 64]
     assert {p.hidden for p in grid if p.workers == 64} == {32, 128, 256, 512}
     assert max(p.workers for p in collective_grid(quick=True)) == 16
+
+
+def test_workers_selects_grid_points_by_worker_count():
+    grid = collective_grid(quick=False)
+    top = select_workers(grid, (32, 64))
+    assert top == [p for p in grid if p.workers in (32, 64)]  # grid order kept
+    assert {p.workers for p in top} == {32, 64} and len(top) == 8  # 2 + 2 at 100 Gb/s + 4 at 64
+    assert select_workers(grid, ()) == grid
+    with pytest.raises(UserError, match=r"--workers 3,5: the grid has no such point \(its "
+                       r"worker counts: 2,4,8,16,32,64\)"):
+        select_workers(grid, (3, 4, 5))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--scale", "--workers", "4,x"], "argument --workers: '4,x' is not a comma-separated "
+                                      "list of positive worker counts (e.g. 32,64)"),
+    (["--scale", "--workers", "0"], "argument --workers: '0' is not a comma-separated "
+                                    "list of positive worker counts (e.g. 32,64)"),
+    (["--workers", "64"], "--workers is a --scale option (give --scale)"),
+    (["--scale", "--quick", "--workers", "64"], "--workers 64: the grid has no such point "
+                                                "(its worker counts: 1,4,16)"),
+])
+def test_bench_workers_refuses_bad_counts_before_any_work(argv, message, tmp_path, capsys):
+    from dba3c.cli import main
+
+    docs = tmp_path / "benchmarks.md"
+    rc = main(["bench", *argv, "--out", str(tmp_path / "bench" / "results.json"),
+               "--docs", str(docs)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith(f"error: {message}"), err
+    assert err.count("\n") == 1 and not docs.exists() and not (tmp_path / "bench").exists()
 
 
 def test_the_emulated_cluster_needs_root(monkeypatch):

@@ -36,6 +36,7 @@ from statistics import median
 from typing import Any
 
 from dba3c.config import load_config
+from dba3c.errors import UserError
 from dba3c.launchers.emulated import EmulatedCluster, link_rate, require_emulation
 from dba3c.roles import required_world_size
 from dba3c.rundir import RunDir, write_atomic
@@ -313,8 +314,22 @@ def point_label(point: ScalePoint) -> str:
             f"link {point.link_gbit} Gb/s")
 
 
+def select_workers(grid: list[ScalePoint], workers: tuple[int, ...]) -> list[ScalePoint]:
+    """The points of ``grid`` with one of the worker counts ``workers`` (all of them when
+    empty), in grid order; a count no point has is a :class:`UserError` naming the counts
+    the grid has."""
+    if not workers:
+        return grid
+    have = sorted({p.workers for p in grid})
+    missing = [w for w in workers if w not in have]
+    if missing:
+        raise UserError(f"--workers {','.join(map(str, missing))}: the grid has no such point "
+                        f"(its worker counts: {','.join(map(str, have))})")
+    return [p for p in grid if p.workers in workers]
+
+
 def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
-              time_scale: float, aggregation: str = "ps",
+              time_scale: float, aggregation: str = "ps", workers: tuple[int, ...] = (),
               progress: Callable[[str], None] = lambda text: print(text, file=sys.stderr,
                                                                    flush=True),
               partial: Callable[[dict], None] = lambda results: None) -> dict:
@@ -322,11 +337,13 @@ def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float 
     largest point has ranks, reshaped per link rate, stopped at the end); the results as
     one JSON-able dict, also handed to ``partial`` after each point. A point that fails is
     recorded with its error and the grid goes on. ``aggregation`` collective measures
-    :func:`collective_grid` instead."""
+    :func:`collective_grid` instead; ``workers`` keeps only the points with those worker
+    counts (:func:`select_workers`)."""
     from dba3c.launchers.bench import machine_description
 
+    grid = select_workers(collective_grid(quick) if aggregation == "collective"
+                          else scale_grid(quick), workers)
     require_emulation()  # before anything is printed or started
-    grid = collective_grid(quick) if aggregation == "collective" else scale_grid(quick)
     source = "--compute-ms" if compute_ms else COMPUTE_MS_SOURCE
     compute_ms = compute_ms or DEFAULT_COMPUTE_MS
     results: dict[str, Any]  # JSON
@@ -411,7 +428,7 @@ def scale_table(r: dict, command: str) -> str:
 
 def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
                   time_scale: float, out_json: Path, docs: Path,
-                  aggregation: str = "ps") -> str:
+                  aggregation: str = "ps", workers: tuple[int, ...] = ()) -> str:
     """Run the grid, write ``out_json`` and append the markdown section to ``docs``; return
     the section. While it runs, the points so far are in ``NAME.partial.json`` beside
     ``out_json``."""
@@ -423,12 +440,13 @@ def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: fl
                      (json.dumps(results, indent=1) + "\n").encode())
 
     results = run_scale(config, overrides, quick, compute_ms, time_scale, aggregation,
-                        partial=partial)
+                        workers, partial=partial)
     out_json.with_suffix(".partial.json").unlink(missing_ok=True)
     options = (" --scale" + (" --quick" if quick else "")
                + (f" --compute-ms {compute_ms:g}" if compute_ms else "")
                + f" --time-scale {time_scale:g}"
-               + (" --aggregation collective" if aggregation == "collective" else ""))
+               + (" --aggregation collective" if aggregation == "collective" else "")
+               + (f" --workers {','.join(map(str, workers))}" if workers else ""))
     table = scale_table(results, _command_line(options, config, overrides))
     _record(results, table, out_json, docs)
     return table
