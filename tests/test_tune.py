@@ -229,6 +229,15 @@ def test_tune_command_ctrl_c_prints_the_best_so_far(tmp_path, capsys):
     assert len(json.loads(state.read_text())["trials"]) == 3
 
 
+def test_no_successful_trial_exits_1_without_a_preset(tmp_path, capsys):
+    code = tune_command("configs/cartpole.yaml", [], seconds=60.0, trial_seconds=1.0,
+                        write=str(tmp_path / "p.yaml"), state=str(tmp_path / "s.json"),
+                        measure=lambda setting, trial_s: None, num_cpus=2)
+    assert code == 1
+    assert "best: none" in capsys.readouterr().out
+    assert not (tmp_path / "p.yaml").exists()
+
+
 def test_malformed_state_file_is_refused(tmp_path):
     state = tmp_path / "state.json"
     state.write_text('{"format": "something else"}')
@@ -243,6 +252,7 @@ def test_malformed_state_file_is_refused(tmp_path):
     (["configs/cartpole.yaml", "train.lrr=1"], "did you mean 'train.lr'"),
     (["configs/nope.yaml"], "'configs/nope.yaml' not found"),
     (["configs/cartpole.yaml", "--trial-seconds", "-1"], "--trial-seconds -1 must be"),
+    (["configs/cartpole.yaml", "--seconds", "10"], "--seconds 10 fits no trial"),
 ])
 def test_bad_input_is_one_line_exit_2(args, fragment, tmp_path):
     proc = dba3c("tune", *args, "--state", tmp_path / "s.json", check=False, timeout=60)

@@ -24,6 +24,7 @@ from dba3c.errors import UserError
 from dba3c.launchers.bench import machine_description, run_training
 from dba3c.rundir import write_atomic
 from dba3c.tuning import (
+    STARTUP_S,
     TUNED_KEYS,
     CoordinateDescent,
     Measure,
@@ -76,11 +77,13 @@ def read_state(path: Path, identity: dict) -> dict[Setting, float | None]:
 
 
 def write_state(path: Path, config: str, overrides: list[str], identity: dict,
-                trials: list[tuple[Setting, float | None, bool]], trial_s: float) -> None:
-    """Every trial so far into the state file at ``path`` (atomically)."""
+                trials: dict[Setting, float | None], trial_s: float) -> None:
+    """Every trial so far (setting -> data points/s, None: failed) into the state file at
+    ``path`` (atomically)."""
     state = {"format": STATE_FORMAT, "config": config, "overrides": list(overrides),
              "identity": identity,
-             "trials": [{"setting": dict(s), "data_points_per_s": rate} for s, rate, _ in trials],
+             "trials": [{"setting": dict(s), "data_points_per_s": rate}
+                        for s, rate in trials.items()],
              "trial_seconds": trial_s}
     write_atomic(path, (json.dumps(state, indent=1) + "\n").encode())
 
@@ -152,7 +155,7 @@ def tune_command(config: str, overrides: list[str], *, seconds: float,
                  trial_seconds: float | None, write: str | None, state: str | None,
                  measure: Measure | None = None, num_cpus: int | None = None) -> int:
     """``dba3c tune``: search, keep the state file, print the report (and write the preset);
-    exit code 0, or 130 after Ctrl-C."""
+    exit code 0, 1 when no trial succeeded, or 130 after Ctrl-C."""
     if seconds <= 0:
         raise UserError(f"--seconds {seconds:g} must be a positive number of seconds")
     if trial_seconds is not None and trial_seconds <= 0:
@@ -176,19 +179,21 @@ def tune_command(config: str, overrides: list[str], *, seconds: float,
     values = make_candidates(cfg, num_cpus)
     start = start_values(cfg)
     trial_s = trial_seconds or default_trial_seconds(seconds, planned_trials(values, start))
+    if not known and seconds < trial_s + STARTUP_S:
+        raise UserError(f"--seconds {seconds:g} fits no trial ({trial_s:g} s of training and "
+                        f"about {STARTUP_S:g} s of start-up): give at least "
+                        f"{trial_s + STARTUP_S:g}")
     descent = CoordinateDescent(start, values, is_valid)
-    done: list[tuple[Setting, float | None, bool]] = []
+    saved = dict(known)
     print(f"tune: {config} on {num_cpus} cores, {seconds:g} s budget, {trial_s:g} s trials"
           f"{f', {len(known)} trials from {state_path}' if known else ''}", file=sys.stderr,
           flush=True)
 
     def on_trial(k: int, setting: Setting, rate: float | None, fresh: bool,
                  left: float) -> None:
-        done.append((setting, rate, fresh))
         if fresh:
-            write_state(state_path, config, overrides, identity,
-                        [*[(s, r, False) for s, r in known.items()
-                           if s not in {d[0] for d in done}], *done], trial_s)
+            saved[setting] = rate
+            write_state(state_path, config, overrides, identity, saved, trial_s)
         print(f"tune: trial {k}: {' '.join(setting_overrides(setting))}: {_rate(rate)} data "
               f"points/s{'' if fresh else ' (earlier run)'}; best "
               f"{_rate(descent.best_rate())}; {left:.0f} s left", file=sys.stderr, flush=True)
@@ -198,7 +203,11 @@ def tune_command(config: str, overrides: list[str], *, seconds: float,
     print(report(outcome), end="")
     if outcome.interrupted:
         return 130
-    if write is not None and outcome.best is not None:
+    if outcome.best is None:
+        print("error: no trial succeeded (see the `tune: trial failed` lines above)",
+              file=sys.stderr)
+        return 1
+    if write is not None:
         write_preset(Path(write), cfg, outcome, " ".join(["dba3c tune", config, *overrides]))
         print(f"wrote {write}")
     return 0
