@@ -133,7 +133,8 @@ def report(outcome: SearchOutcome) -> str:
     if outcome.best is None:
         rows.append("best: none (no trial succeeded)")
     else:
-        rows.append(f"best: {outcome.best_rate:.0f} data points/s")
+        k = next(k for k, (s, _, _) in enumerate(outcome.trials, 1) if s == outcome.best)
+        rows.append(f"best: {outcome.best_rate:.0f} data points/s (trial {k})")
         rows.append(f"overrides: {' '.join(setting_overrides(outcome.best))}")
     return "\n".join(rows) + "\n"
 
