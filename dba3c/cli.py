@@ -111,6 +111,18 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=worker_counts, default=(), metavar="W[,W...]",
                    help="--scale: only the grid's points with these worker counts (e.g. 32,64)")
 
+    p = sub.add_parser("tune", help="measure this node's fastest env.num_envs, env.batch_size "
+                       "and TensorFlow threads for one process; print the overrides")
+    _add_config_args(p)
+    p.add_argument("--seconds", type=float, default=120.0,
+                   help="time budget of the whole search (default 120)")
+    p.add_argument("--trial-seconds", type=float, default=None,
+                   help="training seconds per trial (default: sized to fit the budget)")
+    p.add_argument("--write", default=None, metavar="FILE",
+                   help="also write the config with the best setting as a new preset YAML")
+    p.add_argument("--state", default=None, metavar="FILE",
+                   help="trials so far, for resuming (default tune-<config stem>.json here)")
+
     sub.add_parser("submit", help="submit to Slurm with submitit (see `dba3c submit --help`)")
 
     p = sub.add_parser("plot", help="learning curves and scaling figures (PNG + CSV)")
@@ -300,9 +312,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    """``dba3c tune``: search this node's throughput settings, print the best."""
+    from dba3c.launchers.tune import tune_command
+
+    return tune_command(args.config, args.overrides, seconds=args.seconds,
+                        trial_seconds=args.trial_seconds, write=args.write, state=args.state)
+
+
 COMMANDS = {"train": cmd_train, "describe": cmd_describe, "evaluate": cmd_evaluate,
             "launch": cmd_launch, "plot": cmd_plot, "sweep": cmd_sweep,
-            "bench": cmd_bench}
+            "bench": cmd_bench, "tune": cmd_tune}
 
 if __name__ == "__main__":
     sys.exit(main())

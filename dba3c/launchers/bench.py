@@ -219,7 +219,8 @@ def _rank_of(pid: int) -> int | None:
 
 def run_training(config: str, overrides: list[str], workers: int, seconds: float) -> dict:
     """Train for ``seconds`` (one process when ``workers`` is 0, else ``dba3c launch``);
-    steady-state data points/s, time fractions, and peak RSS per rank."""
+    steady-state data points/s, time fractions, and peak RSS per rank. An exception while it
+    trains (KeyboardInterrupt) ends the training process first."""
     from dba3c.metrics import steady_throughput
 
     with tempfile.TemporaryDirectory(prefix="dba3c-bench-") as run_dir:
@@ -233,8 +234,14 @@ def run_training(config: str, overrides: list[str], workers: int, seconds: float
                                 text=True, env=env)
         sampler = RssSampler(proc.pid)
         sampler.start()
-        _, err = proc.communicate()
-        rss = sampler.stop()
+        try:
+            _, err = proc.communicate()
+        except BaseException:  # Ctrl-C (dba3c tune): the trial ends before its directory
+            proc.terminate()
+            proc.wait()
+            raise
+        finally:
+            rss = sampler.stop()
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {err[-2000:]}")
         metrics = RunDir(run_dir).read_metrics()
