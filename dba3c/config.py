@@ -184,6 +184,12 @@ class DistConfig:
                                      "longest sleep between two polls of a rank waiting in "
                                      "a collective, us (dist.aggregation=collective; "
                                      "dba3c bench --scale: x its time scale)")
+    collective_algorithm: str = _opt("recursive", _one_of("recursive", "mpi"),
+                                      "recursive: reduce-scatter by recursive halving and "
+                                      "allgather by recursive doubling, log2 W rounds each "
+                                      "(MPICH; set before MPI starts); mpi: the MPI library's "
+                                      "own choice (MPICH: pairwise and ring, W - 1 rounds each, "
+                                      "above 512 KB)")
 
 
 @dataclass(frozen=True)

@@ -102,10 +102,28 @@ def wait_until(done: Callable[[], bool], idle: Callable[[], None] | None = None,
         sleep = min(sleep * 2, max_sleep_s)
 
 
-class MpiTransport:
-    """mpi4py buffer-based nonblocking point-to-point on COMM_WORLD."""
+# MPICH's control variables for ``dist.collective_algorithm: recursive``: reduce-scatter by
+# recursive halving and allgather(v) by recursive doubling move the same bytes per rank as
+# MPICH's choice above 512 KB (pairwise exchange and a ring), in log2 W rounds instead of
+# W - 1 each; every round waits for a poll of MPI_Test (docs/benchmarks.md). Another MPI
+# ignores them (Open MPI: its ``coll`` MCA parameters choose).
+RECURSIVE_COLLECTIVES = {"MPIR_CVAR_IREDUCE_SCATTER_INTRA_ALGORITHM": "sched_recursive_halving",
+                         "MPIR_CVAR_IALLGATHERV_INTRA_ALGORITHM": "sched_recursive_doubling"}
 
-    def __init__(self) -> None:
+
+def collective_environment(algorithm: str, environ: dict[str, str]) -> dict[str, str]:
+    """The variables to add to ``environ`` before MPI starts for ``dist.collective_algorithm``
+    (``recursive`` or ``mpi``); a variable the user set already is left alone."""
+    wanted = RECURSIVE_COLLECTIVES if algorithm == "recursive" else {}
+    return {k: v for k, v in wanted.items() if k not in environ}
+
+
+class MpiTransport:
+    """mpi4py buffer-based nonblocking point-to-point on COMM_WORLD. MPI starts here, after
+    ``collective_algorithm`` (``dist.collective_algorithm``) chose the collectives' rounds."""
+
+    def __init__(self, collective_algorithm: str = "mpi") -> None:
+        os.environ.update(collective_environment(collective_algorithm, dict(os.environ)))
         from mpi4py import MPI
 
         self._mpi = MPI

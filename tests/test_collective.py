@@ -34,7 +34,7 @@ from dba3c.models import NetSpec
 from dba3c.optim import make_optimizer
 from dba3c.params import shard_bounds
 from dba3c.roles import make_roles
-from dba3c.transport import InProcessTransport, offsets
+from dba3c.transport import InProcessTransport, collective_environment, offsets
 
 from conftest import ROOT, dba3c, latest_checkpoint, read_jsonl
 from test_protocol import N, grad_of, make_cfg, run_world, train_loop
@@ -117,6 +117,16 @@ def test_in_process_collectives_sum_and_gather_over_the_members_only():
     check_collectives(run_threads(collectives_on, 4))
 
 
+def test_recursive_collectives_set_mpichs_variables_unless_the_user_did():
+    halving = "MPIR_CVAR_IREDUCE_SCATTER_INTRA_ALGORITHM"
+    doubling = "MPIR_CVAR_IALLGATHERV_INTRA_ALGORITHM"
+    assert collective_environment("recursive", {"PATH": "/bin"}) == {
+        halving: "sched_recursive_halving", doubling: "sched_recursive_doubling"}
+    assert collective_environment("recursive", {halving: "sched_pairwise"}) == {
+        doubling: "sched_recursive_doubling"}
+    assert collective_environment("mpi", {}) == {}
+
+
 def test_in_process_sums_are_added_in_rank_order_in_float32():
     def add(transport):
         group = transport.split(True)
@@ -136,18 +146,21 @@ import pickle, sys
 sys.path.insert(0, {tests!r})
 from dba3c.transport import MpiTransport
 from test_collective import collectives_on
-t = MpiTransport()
+t = MpiTransport({algorithm!r})
 result = collectives_on(t)
 with open({out!r} + str(t.rank), "wb") as f:
     pickle.dump(result, f)
 """
 
 
-def test_mpi_collectives_sum_and_gather_over_the_members_only(tmp_path):
+@pytest.mark.parametrize("algorithm", ["recursive", "mpi"])
+def test_mpi_collectives_sum_and_gather_over_the_members_only(tmp_path, algorithm):
+    """Both of MPICH's algorithm choices (dist.collective_algorithm) on a group of 3 ranks
+    (not a power of two) with uneven shards."""
     import pickle
 
     out = str(tmp_path / "rank")
-    script = MPI_SCRIPT.format(tests=str(ROOT / "tests"), out=out)
+    script = MPI_SCRIPT.format(tests=str(ROOT / "tests"), out=out, algorithm=algorithm)
     subprocess.run([find_mpiexec(), "-n", "4", sys.executable, "-c", script], cwd=ROOT,
                    check=True, timeout=120)
     results = [pickle.loads((tmp_path / f"rank{r}").read_bytes()) for r in range(4)]

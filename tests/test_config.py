@@ -426,10 +426,12 @@ def test_collective_backup_workers_are_refused_when_the_world_decides_the_count(
         make_roles(3, cfg_with(dist={**COLLECTIVE, "replicas_to_aggregate": 2}))
 
 
-def test_poll_caps_are_positive_and_reported_together():
+def test_poll_caps_and_the_collective_algorithm_are_reported_together():
     with pytest.raises(UserError) as e:
-        from_dict({"dist": {"poll_max_ms": 0, "collective_poll_us": -5}})
+        from_dict({"dist": {"poll_max_ms": 0, "collective_poll_us": -5,
+                            "collective_algorithm": "ring"}})
     assert str(e.value) == ("dist.poll_max_ms=0 must be a number in (0, 1000]; "
-                            "dist.collective_poll_us=-5 must be a number in (0, 1000000]")
+                            "dist.collective_poll_us=-5 must be a number in (0, 1000000]; "
+                            "dist.collective_algorithm='ring' must be one of recursive, mpi")
     assert from_dict({"dist": {**COLLECTIVE, "collective_poll_us": 500}}).dist \
         .collective_poll_us == 500

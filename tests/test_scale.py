@@ -227,13 +227,17 @@ def test_table_lists_every_point_with_its_settings():
               "slow_factor": 2.0, "link_gbit": 100, "time_scale": 50, "error": "rank 3 died"}
     r = {"quick": True, "date": "2026-11-23", "machine": "test CPU", "config": "c.yaml",
          "overrides": [], "compute_ms": 12.8, "compute_ms_source": "assumed", "time_scale": 10,
-         "links": "emulated links", "host_bytes_per_s": 1.2e9, "points": [point, failed]}
+         "links": "emulated links", "host_bytes_per_s": 1.2e9, "points": [point, failed],
+         "aggregation": "ps", "collective_algorithm": "recursive"}
     table = scale_table(r, "dba3c bench --scale --quick")
     assert ("| 10 | 10 | 16 | 4 | 128 | 15/16 | 1 x2 | 20.5 | 18.4 (-10%) | 22.6 (+10%) | "
             "0.65 | 23415 | 40% | 110 |") in table
     assert "this host's TCP stack at 1200 MB/s" in table
     assert "| 100 | 50 | 64 | 8 | 128 | all | none | failed |" in table
     assert "EMULATED: synthetic-compute ranks, T_c = 12.8 ms (assumed); emulated links" in table
+    assert "Collectives:" not in table
+    collective = scale_table({**r, "aggregation": "collective"}, "dba3c bench --scale")
+    assert "in the steady window. Collectives: dist.collective_algorithm=recursive." in collective
 
 
 @pytest.mark.parametrize("point, floor", [(ScalePoint(2, 1), 1.0),

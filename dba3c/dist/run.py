@@ -132,7 +132,7 @@ def train_distributed(cfg: Config) -> int:
     from dba3c.models import make_net_spec
     from dba3c.transport import MpiTransport
 
-    t = MpiTransport()
+    t = MpiTransport(cfg.dist.collective_algorithm)
     try:
         roles = make_roles(t.size, cfg)
         spec = make_net_spec(cfg.model, *env_spaces(cfg))

@@ -348,7 +348,8 @@ def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float 
     compute_ms = compute_ms or DEFAULT_COMPUTE_MS
     results: dict[str, Any]  # JSON
     results = {"config": config, "overrides": list(overrides), "quick": quick,
-               "aggregation": aggregation,
+               "aggregation": aggregation, "collective_algorithm": load_config(
+                   config, overrides).dist.collective_algorithm,
                "date": date.today().isoformat(), "machine": machine_description(),
                "compute_ms": compute_ms, "compute_ms_source": source, "time_scale": time_scale,
                "links": "emulated cluster: one rank per network namespace, htb-shaped veth "
@@ -420,7 +421,9 @@ def scale_table(r: dict, command: str) -> str:
          f"limit on the transfers (every vector through this host's TCP stack at "
          f"{r['host_bytes_per_s'] / 1e6:.0f} MB/s, the unshaped MPI ping-pong rate, / s); "
          f"their difference from the measurement in brackets. CPU: the whole machine's use "
-         f"in the steady window."), "",
+         f"in the steady window."
+         + (f" Collectives: dist.collective_algorithm={r['collective_algorithm']}."
+            if r["aggregation"] == "collective" else "")), "",
         ("| link, Gb/s | s | W | P | FC | gradients per step | stragglers | step, ms | model, "
          "ms | model, host-limited, ms | E | data points/s | CPU | peak RSS of a rank, MB |"),
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", *rows, ""]) + "\n"
