@@ -20,6 +20,7 @@ point uses the first nodes), reshaped once per link rate, and stopped at the end
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -55,6 +56,11 @@ LINK_TIME_SCALE = {10: 1.0, 100: 5.0}
 # 14 (Ethernet) + 20 (IPv4) + 32 (TCP with timestamps) more on the wire
 WIRE_PER_PAYLOAD = (1448 + 14 + 20 + 32) / 1448
 ADAM_S_PER_PARAM = 10e-9  # docs/benchmarks.md: Adam on N/P floats takes N/P x 10 ns
+# One message round of a collective step costs about 1.4 poll caps (dist.collective_poll_us,
+# 50 us): fitted on the emulated cluster, where W = 16 with MPICH's algorithm (30 rounds)
+# stepped 1.5 ms slower than with recursive halving/doubling (8 rounds), 68 us per round
+# (docs/benchmarks.md, 2026-11-23). A real network adds its own latency per round.
+COLLECTIVE_ROUND_S = 70e-6
 SCALE_JSON = "scale.json"  # dba3c bench --scale's results, beside bench/results.json
 STALL_TIMEOUT_S = 60.0  # a point whose steps stop ends after this, not after the default 300 s
 
@@ -137,20 +143,35 @@ def point_time_scale(point: ScalePoint, time_scale: float) -> float:
 
 
 def model_step_seconds(point: ScalePoint, num_params: int, compute_s: float,
-                       time_scale: float, host_bytes_per_s: float | None = None) -> float:
+                       time_scale: float, host_bytes_per_s: float | None = None,
+                       algorithm: str = "recursive") -> float:
     """The analytic step time of docs/benchmarks.md for a point (seconds, unscaled): the
     compute time (x ``slow_factor`` when a straggler is among the gradients a step waits
     for), then the transfers (:func:`comm_seconds`), plus Adam on N/P floats (N/W with
     collective aggregation), which runs in real time and so shrinks by the time scale in an
-    emulated measurement. With ``host_bytes_per_s`` the transfers take at least
-    :func:`host_seconds` (the emulating host's cores as the limit)."""
+    emulated measurement; with collective aggregation also the collectives' message rounds
+    (:func:`collective_rounds` of ``algorithm`` x ``COLLECTIVE_ROUND_S``). With
+    ``host_bytes_per_s`` the transfers take at least :func:`host_seconds` (the emulating
+    host's cores as the limit)."""
     waited = point.replicas or point.workers
     slowest = point.slow_factor if point.slow_workers > point.workers - waited else 1.0
     comm = comm_seconds(point, num_params)
     if host_bytes_per_s:
         comm = max(comm, host_seconds(point, num_params, host_bytes_per_s, time_scale))
     shards = point.workers if point.aggregation == "collective" else point.ps
-    return compute_s * slowest + comm + ADAM_S_PER_PARAM * num_params / shards / time_scale
+    rounds = (collective_rounds(point.workers, algorithm)
+              if point.aggregation == "collective" else 0)
+    return (compute_s * slowest + comm + rounds * COLLECTIVE_ROUND_S
+            + ADAM_S_PER_PARAM * num_params / shards / time_scale)
+
+
+def collective_rounds(workers: int, algorithm: str) -> int:
+    """Message rounds of one collective step: a reduce-scatter then an allgather, each in
+    ceil(log2 W) rounds by recursive halving / doubling (``dist.collective_algorithm``
+    recursive) or W - 1 by MPICH's pairwise exchange and ring (mpi)."""
+    if workers < 2:
+        return 0
+    return 2 * (math.ceil(math.log2(workers)) if algorithm == "recursive" else workers - 1)
 
 
 def comm_seconds(point: ScalePoint, num_params: int) -> float:
@@ -273,9 +294,11 @@ def run_point(config: str, overrides: list[str], point: ScalePoint, *, compute_m
     step_s = steady_step_seconds(metrics, warmup) / time_scale
     replicas = point.replicas or point.workers
     num_params = make_net_spec(cfg.model, *env_spaces(cfg)).layout().num_params
-    model_s = model_step_seconds(point, num_params, compute_ms / 1000, time_scale)
+    algorithm = cfg.dist.collective_algorithm
+    model_s = model_step_seconds(point, num_params, compute_ms / 1000, time_scale,
+                                 algorithm=algorithm)
     emulated_s = model_step_seconds(point, num_params, compute_ms / 1000, time_scale,
-                                    host_bytes_per_s)
+                                    host_bytes_per_s, algorithm)
     return {**asdict(point), "time_scale": time_scale, "steps": steps, "warmup_steps": warmup,
             "step_ms": 1000 * step_s, "model_step_ms": 1000 * model_s,
             "emulated_model_step_ms": 1000 * emulated_s,
