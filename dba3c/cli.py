@@ -27,16 +27,16 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
                    help="config overrides with YAML typing, e.g. train.lr=3e-4")
 
 
-def worker_counts(text: str) -> tuple[int, ...]:
-    """``--workers 32,64`` of ``dba3c bench --scale``: positive worker counts."""
+def counts(text: str) -> tuple[int, ...]:
+    """``--workers 32,64`` / ``--ps 4,8`` of ``dba3c bench --scale``: positive counts."""
     try:
-        counts = tuple(int(w) for w in text.split(","))
+        values = tuple(int(n) for n in text.split(","))
     except ValueError:
-        counts = ()
-    if not counts or min(counts) < 1:
+        values = ()
+    if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive "
-                                         f"worker counts (e.g. 32,64)")
-    return counts
+                                         f"counts (e.g. 32,64)")
+    return values
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -108,8 +108,10 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--aggregation", choices=("ps", "collective"), default=None,
                    help="--scale: ps (the default grid: workers x parameter servers) or "
                    "collective (workers without parameter servers, dist.aggregation)")
-    p.add_argument("--workers", type=worker_counts, default=(), metavar="W[,W...]",
+    p.add_argument("--workers", type=counts, default=(), metavar="W[,W...]",
                    help="--scale: only the grid's points with these worker counts (e.g. 32,64)")
+    p.add_argument("--ps", type=counts, default=(), metavar="P[,P...]",
+                   help="--scale: only the grid's points with these parameter-server counts")
 
     p = sub.add_parser("tune", help="measure this node's fastest env.num_envs, env.batch_size "
                        "and TensorFlow threads for one process; print the overrides")
@@ -292,9 +294,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise UserError(f"--time-scale {args.time_scale:g} must be at least 1")
         table = scale_command(args.config, args.overrides, args.quick, args.compute_ms,
                               args.time_scale, Path(args.out).with_name(SCALE_JSON),
-                              Path(args.docs), args.aggregation or "ps", args.workers)
-    elif args.aggregation is not None or args.workers:
-        option = "--aggregation" if args.aggregation is not None else "--workers"
+                              Path(args.docs), args.aggregation or "ps", args.workers, args.ps)
+    elif args.aggregation is not None or args.workers or args.ps:
+        option = ("--aggregation" if args.aggregation is not None
+                  else "--workers" if args.workers else "--ps")
         raise UserError(f"{option} is a --scale option (give --scale)")
     elif args.long is None:
         table = bench_command(args.config, args.overrides, args.quick, Path(args.out),

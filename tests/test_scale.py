@@ -24,7 +24,7 @@ from dba3c.launchers.scale import (
     run_point,
     scale_grid,
     scale_table,
-    select_workers,
+    select_points,
     steady_step_seconds,
     steps_for,
 )
@@ -139,27 +139,34 @@ def test_the_collective_grid_has_no_parameter_servers():
     assert max(p.workers for p in collective_grid(quick=True)) == 16
 
 
-def test_workers_selects_grid_points_by_worker_count():
+def test_workers_and_ps_select_grid_points_by_their_counts():
     grid = collective_grid(quick=False)
-    top = select_workers(grid, (32, 64))
+    top = select_points(grid, (32, 64))
     assert top == [p for p in grid if p.workers in (32, 64)]  # grid order kept
     assert {p.workers for p in top} == {32, 64} and len(top) == 8  # 2 + 2 at 100 Gb/s + 4 at 64
-    assert select_workers(grid, ()) == grid
+    assert select_points(grid) == grid
     with pytest.raises(UserError, match=r"--workers 3,5: the grid has no such point \(its "
-                       r"worker counts: 2,4,8,16,32,64\)"):
-        select_workers(grid, (3, 4, 5))
+                       r"counts: 2,4,8,16,32,64\)"):
+        select_points(grid, (3, 4, 5))
+    ps_grid = scale_grid(quick=False)
+    chosen = select_points(ps_grid, (64,), (5, 8))
+    assert chosen == [p for p in ps_grid if p.workers == 64 and p.ps in (5, 8)]
+    assert {(p.ps, p.link_gbit) for p in chosen} == {(5, 10), (8, 10)}
+    with pytest.raises(UserError, match=r"--ps 4: the grid has no such point \(its counts: 0\)"):
+        select_points(grid, (), (4,))
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--scale", "--workers", "4,x"], "argument --workers: '4,x' is not a comma-separated "
-                                      "list of positive worker counts (e.g. 32,64)"),
-    (["--scale", "--workers", "0"], "argument --workers: '0' is not a comma-separated "
-                                    "list of positive worker counts (e.g. 32,64)"),
+                                      "list of positive counts (e.g. 32,64)"),
+    (["--scale", "--ps", "0"], "argument --ps: '0' is not a comma-separated "
+                               "list of positive counts (e.g. 32,64)"),
     (["--workers", "64"], "--workers is a --scale option (give --scale)"),
+    (["--ps", "4"], "--ps is a --scale option (give --scale)"),
     (["--scale", "--quick", "--workers", "64"], "--workers 64: the grid has no such point "
-                                                "(its worker counts: 1,4,16)"),
+                                                "(its counts: 1,4,16)"),
 ])
-def test_bench_workers_refuses_bad_counts_before_any_work(argv, message, tmp_path, capsys):
+def test_bench_point_filters_refuse_bad_counts_before_any_work(argv, message, tmp_path, capsys):
     from dba3c.cli import main
 
     docs = tmp_path / "benchmarks.md"

@@ -44,7 +44,7 @@ import numpy as np
 
 from dba3c.adam import AdamState
 from dba3c.checkpoint import checkpoint_due
-from dba3c.config import Config, TrainConfig
+from dba3c.config import Config, DistConfig, TrainConfig
 from dba3c.core import EvalSchedule, Params, ShardServer
 from dba3c.dist.chief_link import ChiefInbox, save_shards
 from dba3c.dist.mailbox import Inbox, Sender, receive_one
@@ -72,7 +72,7 @@ if TYPE_CHECKING:
     from dba3c.chief import Chief
 
 NONFINITE, STOP_REQUESTED = 0, 1  # slots of the control vector reduced with each gradient
-WAIT_MAX_SLEEP_S = 5e-5  # dist.collective_poll_us's default: at most 50 us between MPI_Tests
+WAIT_MAX_SLEEP_S = DistConfig.collective_poll_us / 1e6  # the config's default poll cap, s
 IDLE_EVERY_S = 5e-4  # the idle work (the chief's bookkeeping, QUERY answers) runs this often
 
 

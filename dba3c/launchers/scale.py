@@ -337,22 +337,24 @@ def point_label(point: ScalePoint) -> str:
             f"link {point.link_gbit} Gb/s")
 
 
-def select_workers(grid: list[ScalePoint], workers: tuple[int, ...]) -> list[ScalePoint]:
-    """The points of ``grid`` with one of the worker counts ``workers`` (all of them when
-    empty), in grid order; a count no point has is a :class:`UserError` naming the counts
-    the grid has."""
-    if not workers:
-        return grid
-    have = sorted({p.workers for p in grid})
-    missing = [w for w in workers if w not in have]
-    if missing:
-        raise UserError(f"--workers {','.join(map(str, missing))}: the grid has no such point "
-                        f"(its worker counts: {','.join(map(str, have))})")
-    return [p for p in grid if p.workers in workers]
+def select_points(grid: list[ScalePoint], workers: tuple[int, ...] = (),
+                  servers: tuple[int, ...] = ()) -> list[ScalePoint]:
+    """The points of ``grid`` with one of the worker counts ``workers`` and one of the
+    parameter-server counts ``servers`` (either empty: any), in grid order. A count no point
+    of the grid has is a :class:`UserError` naming the counts it has."""
+    for option, wanted, have in (("--workers", workers, {p.workers for p in grid}),
+                                 ("--ps", servers, {p.ps for p in grid})):
+        missing = [n for n in wanted if n not in have]
+        if missing:
+            raise UserError(f"{option} {','.join(map(str, missing))}: the grid has no such "
+                            f"point (its counts: {','.join(map(str, sorted(have)))})")
+    return [p for p in grid if (not workers or p.workers in workers)
+            and (not servers or p.ps in servers)]
 
 
 def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
               time_scale: float, aggregation: str = "ps", workers: tuple[int, ...] = (),
+              servers: tuple[int, ...] = (),
               progress: Callable[[str], None] = lambda text: print(text, file=sys.stderr,
                                                                    flush=True),
               partial: Callable[[dict], None] = lambda results: None) -> dict:
@@ -360,12 +362,12 @@ def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float 
     largest point has ranks, reshaped per link rate, stopped at the end); the results as
     one JSON-able dict, also handed to ``partial`` after each point. A point that fails is
     recorded with its error and the grid goes on. ``aggregation`` collective measures
-    :func:`collective_grid` instead; ``workers`` keeps only the points with those worker
-    counts (:func:`select_workers`)."""
+    :func:`collective_grid` instead; ``workers`` and ``servers`` keep only the points with
+    those counts of workers and parameter servers (:func:`select_points`)."""
     from dba3c.launchers.bench import machine_description
 
-    grid = select_workers(collective_grid(quick) if aggregation == "collective"
-                          else scale_grid(quick), workers)
+    grid = select_points(collective_grid(quick) if aggregation == "collective"
+                         else scale_grid(quick), workers, servers)
     require_emulation()  # before anything is printed or started
     source = "--compute-ms" if compute_ms else COMPUTE_MS_SOURCE
     compute_ms = compute_ms or DEFAULT_COMPUTE_MS
@@ -454,7 +456,8 @@ def scale_table(r: dict, command: str) -> str:
 
 def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
                   time_scale: float, out_json: Path, docs: Path,
-                  aggregation: str = "ps", workers: tuple[int, ...] = ()) -> str:
+                  aggregation: str = "ps", workers: tuple[int, ...] = (),
+                  servers: tuple[int, ...] = ()) -> str:
     """Run the grid, write ``out_json`` and append the markdown section to ``docs``; return
     the section. While it runs, the points so far are in ``NAME.partial.json`` beside
     ``out_json``."""
@@ -466,13 +469,14 @@ def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: fl
                      (json.dumps(results, indent=1) + "\n").encode())
 
     results = run_scale(config, overrides, quick, compute_ms, time_scale, aggregation,
-                        workers, partial=partial)
+                        workers, servers, partial=partial)
     out_json.with_suffix(".partial.json").unlink(missing_ok=True)
     options = (" --scale" + (" --quick" if quick else "")
                + (f" --compute-ms {compute_ms:g}" if compute_ms else "")
                + f" --time-scale {time_scale:g}"
                + (" --aggregation collective" if aggregation == "collective" else "")
-               + (f" --workers {','.join(map(str, workers))}" if workers else ""))
+               + (f" --workers {','.join(map(str, workers))}" if workers else "")
+               + (f" --ps {','.join(map(str, servers))}" if servers else ""))
     table = scale_table(results, _command_line(options, config, overrides))
     _record(results, table, out_json, docs)
     return table
