@@ -210,9 +210,14 @@ def test_steady_step_time_is_the_median_interval_after_the_warmup():
                {"step": 6, "time_s": 6.21}, {"step": 7, "time_s": 6.41},
                {"step": 8, "time_s": 6.61}]
     assert steady_step_seconds(bunched, warmup=2) == pytest.approx(0.2)
-    # a gap in the records counts per step
-    assert steady_step_seconds([{"step": 3, "time_s": 1.0}, {"step": 6, "time_s": 1.9}],
-                               warmup=2) == pytest.approx(0.3)
+    # a gap in the records counts per step (the last record, the run's end, is left out)
+    assert steady_step_seconds([{"step": 3, "time_s": 1.0}, {"step": 6, "time_s": 1.9},
+                                {"step": 7, "time_s": 1.905}], warmup=2) == pytest.approx(0.3)
+    # the final step logged 7 ms after the one before, plus one bunched pair, in a 0.11 s
+    # steady run (measured in make test): with the last record the median was 0.06
+    ending = [{"step": s, "time_s": t} for s, t in
+              [(3, 1.0), (4, 1.11), (5, 1.22), (6, 1.23), (7, 1.44), (8, 1.447)]]
+    assert steady_step_seconds(ending, warmup=3) == pytest.approx(0.11)
     with pytest.raises(ValueError, match="need at least 2"):
         steady_step_seconds(metrics, warmup=5)
 
