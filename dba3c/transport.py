@@ -122,7 +122,7 @@ class MpiTransport:
     """mpi4py buffer-based nonblocking point-to-point on COMM_WORLD. MPI starts here, after
     ``collective_algorithm`` (``dist.collective_algorithm``) chose the collectives' rounds."""
 
-    def __init__(self, collective_algorithm: str = "mpi") -> None:
+    def __init__(self, collective_algorithm: str) -> None:
         os.environ.update(collective_environment(collective_algorithm, dict(os.environ)))
         from mpi4py import MPI
 

@@ -16,8 +16,8 @@ One synchronous step t, in :meth:`CollectiveClient.push`:
 
 While a rank waits in a collective its actor thread keeps simulating (``dba3c.worker``);
 waiting polls the requests with sleeps of at most ``dist.collective_poll_us`` (50 us,
-``WAIT_MAX_SLEEP_S``; :func:`~dba3c.transport.wait_until`), so a waiting rank does not spin a core. The sleeps are
-shorter than elsewhere because a nonblocking collective advances from one round of its
+``WAIT_MAX_SLEEP_S``; :func:`~dba3c.transport.wait_until`), so a waiting rank does not spin
+a core. The sleeps are shorter than elsewhere because a nonblocking collective advances from one round of its
 algorithm to the next only inside an MPI call: docs/benchmarks.md measured 50 us sleeps as
 fast as MPI's blocking wait at a fraction of its CPU, 0.5 ms sleeps up to 50% slower.
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from dba3c.config import load_config
+from dba3c.config import DistConfig, load_config
 from dba3c.errors import UserError
 from dba3c.launchers.emulated import EmulatedCluster, link_rate, require_emulation
 from dba3c.roles import required_world_size
@@ -144,7 +144,7 @@ def point_time_scale(point: ScalePoint, time_scale: float) -> float:
 
 def model_step_seconds(point: ScalePoint, num_params: int, compute_s: float,
                        time_scale: float, host_bytes_per_s: float | None = None,
-                       algorithm: str = "recursive") -> float:
+                       algorithm: str = DistConfig.collective_algorithm) -> float:
     """The analytic step time of docs/benchmarks.md for a point (seconds, unscaled): the
     compute time (x ``slow_factor`` when a straggler is among the gradients a step waits
     for), then the transfers (:func:`comm_seconds`), plus Adam on N/P floats (N/W with
