@@ -84,7 +84,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
     p.add_argument("--config", default="configs/breakout.yaml", help="YAML preset")
     p.add_argument("--quick", action="store_true", help="shorter runs (under 3 minutes)")
-    p.add_argument("--out", default="bench/results.json", help="JSON results")
+    p.add_argument("--out", default="bench/results.json",
+                   help="JSON results (--scale, --profile and --long write scale.json, "
+                   "profile.json and long.json in its directory)")
     p.add_argument("--docs", default="docs/benchmarks.md", help="markdown file to append to")
     p.add_argument("--long", type=float, default=None, metavar="SECONDS",
                    help="instead: one long 1 worker + 1 PS run (evaluations on) measuring "
@@ -282,8 +284,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if len(modes) > 1:
         raise UserError(f"{' and '.join(modes)} are separate benchmarks: give one of them")
     if args.profile:
-        table = profile_command(args.config, args.overrides, args.quick,
-                                Path(args.out).with_name("profile.json"), Path(args.docs))
+        out_json = Path(args.out).with_name("profile.json")
+        table = profile_command(args.config, args.overrides, args.quick, out_json,
+                                Path(args.docs))
     elif args.scale:
         from dba3c.launchers.scale import SCALE_JSON, scale_command
 
@@ -292,15 +295,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
                             f"milliseconds")
         if args.time_scale < 1:
             raise UserError(f"--time-scale {args.time_scale:g} must be at least 1")
+        out_json = Path(args.out).with_name(SCALE_JSON)
         table = scale_command(args.config, args.overrides, args.quick, args.compute_ms,
-                              args.time_scale, Path(args.out).with_name(SCALE_JSON),
-                              Path(args.docs), args.aggregation or "ps", args.workers, args.ps)
+                              args.time_scale, out_json, Path(args.docs),
+                              args.aggregation or "ps", args.workers, args.ps)
     elif args.aggregation is not None or args.workers or args.ps:
         option = ("--aggregation" if args.aggregation is not None
                   else "--workers" if args.workers else "--ps")
         raise UserError(f"{option} is a --scale option (give --scale)")
     elif args.long is None:
-        table = bench_command(args.config, args.overrides, args.quick, Path(args.out),
+        out_json = Path(args.out)
+        table = bench_command(args.config, args.overrides, args.quick, out_json,
                               Path(args.docs))
     else:
         run_dir = Path(args.run_dir)
@@ -309,9 +314,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if run_dir.exists():
             raise UserError(f"--run-dir {run_dir} exists; a long run needs a fresh directory "
                             f"(it would resume instead)")
-        table = long_command(args.config, args.overrides, args.long, run_dir,
-                             Path(args.out).with_name("long.json"), Path(args.docs))
+        out_json = Path(args.out).with_name("long.json")
+        table = long_command(args.config, args.overrides, args.long, run_dir, out_json,
+                             Path(args.docs))
     print(table, end="")
+    print(f"bench: results in {out_json}; section appended to {args.docs}", file=sys.stderr)
     return 0
 
 

@@ -191,6 +191,11 @@ class DistConfig:
                                       "own choice (MPICH: pairwise and ring, W - 1 rounds each, "
                                       "above 512 KB)")
 
+    @property
+    def collective_poll_s(self) -> float:
+        """``collective_poll_us`` in seconds: a waiting collective rank's longest sleep."""
+        return self.collective_poll_us / 1e6
+
 
 @dataclass(frozen=True)
 class EvalConfig:

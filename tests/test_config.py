@@ -435,3 +435,5 @@ def test_poll_caps_and_the_collective_algorithm_are_reported_together():
                             "dist.collective_algorithm='ring' must be one of recursive, mpi")
     assert from_dict({"dist": {**COLLECTIVE, "collective_poll_us": 500}}).dist \
         .collective_poll_us == 500
+    assert from_dict({"dist": {**COLLECTIVE, "collective_poll_us": 500}}).dist \
+        .collective_poll_s == pytest.approx(5e-4)

@@ -200,6 +200,29 @@ def test_bench_scale_refuses_without_root_and_writes_nothing(tmp_path, monkeypat
     assert docs.read_text() == "# Benchmarks\n" and not (tmp_path / "bench").exists()
 
 
+def test_bench_scale_says_where_it_wrote(tmp_path, monkeypatch, capsys):
+    from dba3c.cli import main
+    from dba3c.launchers import scale
+
+    written = []
+
+    def fake_scale_command(config, overrides, quick, compute_ms, time_scale, out_json, docs,
+                           *rest):
+        written.append((out_json, docs))
+        return "| table |\n"
+
+    monkeypatch.setattr(scale, "scale_command", fake_scale_command)
+    docs = tmp_path / "benchmarks.md"
+    rc = main(["bench", "--scale", "--quick", "--out", str(tmp_path / "b" / "x.json"),
+               "--docs", str(docs)])
+    out, err = capsys.readouterr()
+    # --scale writes scale.json in --out's directory, whatever --out's file name is
+    assert rc == 0 and written == [(tmp_path / "b" / "scale.json", docs)], written
+    assert out == "| table |\n"
+    assert err == f"bench: results in {tmp_path / 'b' / 'scale.json'}; section appended to " \
+                  f"{docs}\n", err
+
+
 def test_steady_step_time_is_the_median_interval_after_the_warmup():
     metrics = [{"step": s, "time_s": t} for s, t in
                [(1, 5.0), (2, 5.5), (3, 5.6), (4, 5.8), (5, 6.0), (6, 6.2)]]

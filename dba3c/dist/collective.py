@@ -317,7 +317,7 @@ def run_collective_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec
     watch = RankWatch(t, cfg.dist.stall_timeout, shard) if cfg.dist.stall_timeout else None
     client = CollectiveClient(group, shard, counts, cfg.train, chief=False,
                               wants_stop=lambda: False, idle=watch.poll if watch else None,
-                              max_sleep_s=cfg.dist.collective_poll_us / 1e6)
+                              max_sleep_s=cfg.dist.collective_poll_s)
     sender, snapshots = Sender(t), Snapshots(t, roles, cfg)
 
     def after_step(params: Params, report: WorkerReport) -> bool:
@@ -354,7 +354,7 @@ def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
     client = CollectiveClient(group, shard, shard_counts(spec.layout().num_params, group.size),
                               cfg.train, chief=True,
                               wants_stop=lambda: chief.stop_reason is not None, idle=link.poll,
-                              max_sleep_s=cfg.dist.collective_poll_us / 1e6)
+                              max_sleep_s=cfg.dist.collective_poll_s)
     snapshots = Snapshots(t, roles, cfg)
     evaluator = None
     if cfg.eval.every and roles.evaluator is None:  # no evaluator rank: evaluate in here
