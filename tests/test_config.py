@@ -433,7 +433,5 @@ def test_poll_caps_and_the_collective_algorithm_are_reported_together():
     assert str(e.value) == ("dist.poll_max_ms=0 must be a number in (0, 1000]; "
                             "dist.collective_poll_us=-5 must be a number in (0, 1000000]; "
                             "dist.collective_algorithm='ring' must be one of recursive, mpi")
-    assert from_dict({"dist": {**COLLECTIVE, "collective_poll_us": 500}}).dist \
-        .collective_poll_us == 500
-    assert from_dict({"dist": {**COLLECTIVE, "collective_poll_us": 500}}).dist \
-        .collective_poll_s == pytest.approx(5e-4)
+    dist = from_dict({"dist": {**COLLECTIVE, "collective_poll_us": 500}}).dist
+    assert dist.collective_poll_us == 500 and dist.collective_poll_s == pytest.approx(5e-4)

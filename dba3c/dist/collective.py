@@ -17,9 +17,10 @@ One synchronous step t, in :meth:`CollectiveClient.push`:
 While a rank waits in a collective its actor thread keeps simulating (``dba3c.worker``);
 waiting polls the requests with sleeps of at most ``dist.collective_poll_us`` (50 us,
 ``WAIT_MAX_SLEEP_S``; :func:`~dba3c.transport.wait_until`), so a waiting rank does not spin
-a core. The sleeps are shorter than elsewhere because a nonblocking collective advances from one round of its
-algorithm to the next only inside an MPI call: docs/benchmarks.md measured 50 us sleeps as
-fast as MPI's blocking wait at a fraction of its CPU, 0.5 ms sleeps up to 50% slower.
+a core. The sleeps are shorter than elsewhere because a nonblocking collective advances from
+one round of its algorithm to the next only inside an MPI call: docs/benchmarks.md measured
+50 us sleeps as fast as MPI's blocking wait at a fraction of its CPU, 0.5 ms sleeps up to 50%
+slower.
 
 Every rank stops at the same step: at ``train.max_steps`` (all know it) or at the step whose
 control vector carried the chief's stop request (a signal, ``train.max_seconds``, the target
@@ -72,7 +73,7 @@ if TYPE_CHECKING:
     from dba3c.chief import Chief
 
 NONFINITE, STOP_REQUESTED = 0, 1  # slots of the control vector reduced with each gradient
-WAIT_MAX_SLEEP_S = DistConfig.collective_poll_us / 1e6  # the config's default poll cap, s
+WAIT_MAX_SLEEP_S = DistConfig().collective_poll_s  # the config's default poll cap, s
 IDLE_EVERY_S = 5e-4  # the idle work (the chief's bookkeeping, QUERY answers) runs this often
 
 
