@@ -326,8 +326,35 @@ write_hosts() {  # /etc/netns/NS/hosts: every node and the controller by name
     done
 }
 
+NEIGH_SAVED=$STATE_DIR/neigh-gc-thresholds  # the host's values before start raised them
+
+raise_neigh_limits() {  # room in the kernel's ARP table for every pair of nodes
+    # The table is one for all namespaces, with the host's limits (gc_thresh1/2/3, default
+    # 128/512/1024 entries): 64 workers x 8 PS (about 1,200 entries) overflowed it, the kernel
+    # dropped packets ("neighbor table overflow!"), and SYNs waited out 1-31 s timeouts.
+    # N nodes hold at most N x N entries; below gc_thresh1 nothing is ever evicted.
+    local i need=$((NODES * NODES + 128)) key value
+    [[ -e $NEIGH_SAVED ]] || sysctl -n net.ipv4.neigh.default.gc_thresh{1,2,3} >"$NEIGH_SAVED"
+    for i in 1 2 3; do
+        key=net.ipv4.neigh.default.gc_thresh$i value=$(sysctl -n "$key")
+        ((value >= need)) || sysctl -qw "$key=$need"
+        need=$((need * 2))
+    done
+}
+
+restore_neigh_limits() {  # the host's own ARP table limits, saved by raise_neigh_limits
+    [[ -e $NEIGH_SAVED ]] || return 0
+    local i=1 value
+    while read -r value; do
+        sysctl -qw "net.ipv4.neigh.default.gc_thresh$i=$value"
+        i=$((i + 1))
+    done <"$NEIGH_SAVED"
+    rm -f "$NEIGH_SAVED"
+}
+
 make_network() {  # the bridge, one namespace + shaped veth per node
     local k ns veth
+    raise_neigh_limits
     ip link add "$BRIDGE" type bridge
     sysctl -qw "net.ipv6.conf.$BRIDGE.disable_ipv6=1"
     ip addr add "$BRIDGE_ADDR/24" dev "$BRIDGE"
@@ -462,6 +489,7 @@ cleanup_network() {  # every namespace, link, bridge and /etc/netns entry of our
         ip link delete "$dev" 2>/dev/null || true
     done
     rm -rf /etc/netns/"$NS_PREFIX"*
+    restore_neigh_limits
 }
 
 stop() {

@@ -26,6 +26,13 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 WORKERS, PS = 14, 4  # rank 0 chief + worker, ranks 1-4 PS, ranks 5-17 workers
 NODES = WORKERS + PS  # rank r on node r + 1
 NUM_PARAMS = 322_695  # the paper network at FC 128
+HOST_NEIGH: list[int] = []  # the host's ARP table limits before the module's cluster started
+
+
+def neigh_thresholds() -> list[int]:
+    """The kernel's ARP table limits gc_thresh1, 2 and 3 (one table for all namespaces)."""
+    return [int(Path(f"/proc/sys/net/ipv4/neigh/default/gc_thresh{i}").read_text())
+            for i in (1, 2, 3)]
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +41,7 @@ def emulated():
     problem = emulation_problem()
     if problem:
         pytest.skip(f"no emulated cluster here: {problem}")
+    HOST_NEIGH[:] = neigh_thresholds()
     with EmulatedCluster(NODES, "1000mbit") as cluster:
         yield cluster
 
@@ -134,12 +142,24 @@ def test_host_throughput_is_measured_over_unshaped_links_which_get_their_rate_ba
     assert "rate 1Gbit" in classes, classes
 
 
+def test_the_arp_table_has_room_for_every_pair_of_nodes(emulated):
+    """Each node may hold every other node in its ARP cache: N x N entries in the one table
+    of all namespaces must stay below the limit at which the kernel starts evicting them
+    (gc_thresh1; the host's default 128 is below 18 x 18)."""
+    limits = neigh_thresholds()
+    assert limits[0] >= NODES * NODES, limits
+    assert limits[0] <= limits[1] <= limits[2], limits
+    assert all(now >= before for now, before in zip(limits, HOST_NEIGH, strict=True))
+
+
 def test_stopping_the_cluster_leaves_no_namespace_link_or_process(emulated):
     """Run last: the module's cluster stopped by hand (the fixture's stop then finds
-    nothing) leaves no namespace, veth, bridge or process of any node."""
+    nothing) leaves no namespace, veth, bridge or process of any node, and puts the host's
+    ARP table limits back."""
     emulated.__exit__(None, None, None)
     assert "dba3c-node" not in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                               text=True, check=True).stdout
     devices = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True,
                              check=True).stdout
     assert not re.search(r"^\d+: (d3v\d+|dba3c-br0)", devices, re.MULTILINE), devices
+    assert neigh_thresholds() == HOST_NEIGH  # the host's own limits are back
