@@ -23,7 +23,6 @@ import json
 import math
 import os
 import shlex
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,8 +36,9 @@ from statistics import median
 from typing import Any
 
 from dba3c.config import DistConfig, load_config
-from dba3c.errors import UserError
+from dba3c.errors import Interrupted, UserError
 from dba3c.launchers.emulated import EmulatedCluster, link_rate, require_emulation
+from dba3c.launchers.proctree import INTERRUPTED, TIMED_OUT, Interrupt, ProcessTree
 from dba3c.roles import required_world_size
 from dba3c.rundir import RunDir, write_atomic
 
@@ -63,6 +63,9 @@ ADAM_S_PER_PARAM = 10e-9  # docs/benchmarks.md: Adam on N/P floats takes N/P x 1
 COLLECTIVE_ROUND_S = 70e-6
 SCALE_JSON = "scale.json"  # dba3c bench --scale's results, beside bench/results.json
 STALL_TIMEOUT_S = 60.0  # a point whose steps stop ends after this, not after the default 300 s
+# --point-timeout's default: a point still running after this is ended (steps that crawl at
+# 50 s each never trip the stall watchdog; one ran for 8 minutes)
+POINT_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -260,11 +263,16 @@ class CpuSampler(threading.Thread):
 def run_point(config: str, overrides: list[str], point: ScalePoint, *, compute_ms: float,
               time_scale: float, steps: int, warmup: int,
               mpiexec_args: list[str] | None = None,
-              host_bytes_per_s: float | None = None) -> dict:
+              host_bytes_per_s: float | None = None,
+              point_timeout: float = POINT_TIMEOUT_S,
+              interrupt: Interrupt | None = None) -> dict:
     """One ``dba3c launch`` of synthetic ranks (with ``mpiexec_args``: on the emulated
     cluster); its steady step time, efficiency, throughput, the machine's CPU use and the
     analytic model's step time (with ``host_bytes_per_s`` also the model plus the
-    emulating host's cores as a limit, :func:`host_seconds`)."""
+    emulating host's cores as a limit, :func:`host_seconds`). A launch that fails, or runs
+    longer than ``point_timeout`` seconds (then its whole process tree is ended), is a
+    RuntimeError saying why; a signal caught by ``interrupt`` ends the tree and raises
+    :class:`~dba3c.errors.Interrupted`."""
     from dba3c.envs import env_spaces
     from dba3c.launchers.bench import RssSampler
     from dba3c.models import make_net_spec
@@ -273,7 +281,8 @@ def run_point(config: str, overrides: list[str], point: ScalePoint, *, compute_m
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if mpiexec_args:
         env["DBA3C_MPIEXEC_ARGS"] = shlex.join(mpiexec_args)
-    with tempfile.TemporaryDirectory(prefix="dba3c-scale-") as run_dir:
+    with tempfile.TemporaryDirectory(prefix="dba3c-scale-") as run_dir, \
+            tempfile.TemporaryFile("w+") as stderr:
         cmd = [sys.executable, "-m", "dba3c", "launch", config, "--workers", str(point.workers),
                "--ps", str(point.ps), *overrides, *point.overrides(), "synthetic.enabled=true",
                f"synthetic.compute_ms={compute_ms * time_scale:g}", "eval.every=0",
@@ -285,15 +294,22 @@ def run_point(config: str, overrides: list[str], point: ScalePoint, *, compute_m
                f"run.dir={run_dir}"]
         sampler = CpuSampler(RunDir(run_dir).metrics_path)
         sampler.start()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True, env=env)
-        rss = RssSampler(proc.pid, interval=0.5)
+        started = time.monotonic()
+        tree = ProcessTree(cmd, stderr=stderr, env=env)
+        rss = RssSampler(tree.pid, interval=0.5)
         rss.start()
-        _, err = proc.communicate()
+        how = tree.wait(interrupt, lambda: started + point_timeout)
         samples, peak_mb = sampler.stop(), rss.stop()
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {err[-2000:]}")
         metrics = RunDir(run_dir).read_metrics()
+        if how == INTERRUPTED:
+            assert interrupt is not None and interrupt.signum is not None
+            raise Interrupted(interrupt.signum)
+        if how == TIMED_OUT:
+            raise RuntimeError(timeout_message(point_timeout, logged_steps(metrics), steps))
+        if tree.returncode != 0:
+            stderr.seek(0)
+            raise RuntimeError(f"{' '.join(cmd)} exited {tree.returncode}: "
+                               f"{stderr.read()[-2000:]}")
     step_s = steady_step_seconds(metrics, warmup) / time_scale
     replicas = point.replicas or point.workers
     num_params = make_net_spec(cfg.model, *env_spaces(cfg)).layout().num_params
@@ -309,6 +325,16 @@ def run_point(config: str, overrides: list[str], point: ScalePoint, *, compute_m
             "data_points_per_s": replicas * cfg.train.batch_size / step_s,
             "cpu_busy": busy_fraction(samples, warmup),
             "peak_rss_mb": peak_by_role(peak_mb, point.ps)}
+
+
+def logged_steps(metrics: list[dict]) -> int:
+    """The last global step in a run's metrics records (0 before the first)."""
+    return max((m["step"] for m in metrics), default=0)
+
+
+def timeout_message(seconds: float, logged: int, steps: int) -> str:
+    """Why a point that ran past ``--point-timeout`` was ended."""
+    return f"timed out after {seconds:g} s ({logged} of {steps} steps logged)"
 
 
 def peak_by_role(peak_mb: dict[str, float], num_ps: int) -> dict[str, float]:
@@ -357,16 +383,19 @@ def select_points(grid: list[ScalePoint], workers: tuple[int, ...] = (),
 
 def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
               time_scale: float, aggregation: str = "ps", workers: tuple[int, ...] = (),
-              servers: tuple[int, ...] = (),
+              servers: tuple[int, ...] = (), point_timeout: float = POINT_TIMEOUT_S,
               progress: Callable[[str], None] = lambda text: print(text, file=sys.stderr,
                                                                    flush=True),
               partial: Callable[[dict], None] = lambda results: None) -> dict:
     """Every point of the grid on the emulated cluster (started with as many nodes as the
     largest point has ranks, reshaped per link rate, stopped at the end); the results as
-    one JSON-able dict, also handed to ``partial`` after each point. A point that fails is
-    recorded with its error and the grid goes on. ``aggregation`` collective measures
-    :func:`collective_grid` instead; ``workers`` and ``servers`` keep only the points with
-    those counts of workers and parameter servers (:func:`select_points`)."""
+    one JSON-able dict, also handed to ``partial`` after each point. A point that fails, or
+    runs longer than ``point_timeout`` seconds, is recorded with its error and the grid goes
+    on. SIGINT or SIGTERM ends the running point's processes and raises
+    :class:`~dba3c.errors.Interrupted` (the points so far went to ``partial``).
+    ``aggregation`` collective measures :func:`collective_grid` instead; ``workers`` and
+    ``servers`` keep only the points with those counts of workers and parameter servers
+    (:func:`select_points`)."""
     from dba3c.launchers.bench import machine_description
 
     grid = select_points(collective_grid(quick) if aggregation == "collective"
@@ -387,7 +416,8 @@ def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float 
     first_rate = link_rate(grid[0].link_gbit, point_time_scale(grid[0], time_scale))
     progress(f"bench --scale: starting the emulated cluster ({nodes} nodes, links "
              f"{first_rate}); T_c = {compute_ms:.1f} ms ({results['compute_ms_source']})")
-    with EmulatedCluster(nodes, first_rate) as emulated:
+    with Interrupt() as interrupt, EmulatedCluster(nodes, first_rate) as emulated:
+        interrupt.check()
         mpiexec_args = emulated.mpiexec_args()
         results["host_bytes_per_s"] = host = emulated.host_bytes_per_s()
         progress(f"bench --scale: MPI over unshaped links moves {host / 1e6:.0f} MB/s on this "
@@ -397,10 +427,12 @@ def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float 
             if link_rate(point.link_gbit, s) != emulated.rate:
                 emulated.reshape(link_rate(point.link_gbit, s))
             steps, warmup = steps_for(point, quick)
+            interrupt.check()
             try:
                 r = run_point(config, overrides, point, compute_ms=compute_ms, time_scale=s,
                               steps=steps, warmup=warmup, mpiexec_args=mpiexec_args,
-                              host_bytes_per_s=host)
+                              host_bytes_per_s=host, point_timeout=point_timeout,
+                              interrupt=interrupt)
                 cpu = "?" if r["cpu_busy"] is None else f"{100 * r['cpu_busy']:.0f}%"
                 done = (f"step {r['step_ms']:.1f} ms (model {r['model_step_ms']:.1f}, with "
                         f"the host {r['emulated_model_step_ms']:.1f}), E "
@@ -460,26 +492,36 @@ def scale_table(r: dict, command: str) -> str:
 def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
                   time_scale: float, out_json: Path, docs: Path,
                   aggregation: str = "ps", workers: tuple[int, ...] = (),
-                  servers: tuple[int, ...] = ()) -> str:
+                  servers: tuple[int, ...] = (), point_timeout: float = POINT_TIMEOUT_S) -> str:
     """Run the grid, write ``out_json`` and append the markdown section to ``docs``; return
     the section. While it runs, the points so far are in ``NAME.partial.json`` beside
-    ``out_json``."""
+    ``out_json``; an interrupt (SIGINT, SIGTERM) leaves them there and raises
+    :class:`~dba3c.errors.Interrupted` saying how many and where."""
     from dba3c.launchers.bench import _command_line, _record
+
+    partial_json = out_json.with_suffix(".partial.json")
+    kept: list[dict] = []
 
     def partial(results: dict) -> None:  # a grid cut short keeps the points it measured
         out_json.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(out_json.with_suffix(".partial.json"),
-                     (json.dumps(results, indent=1) + "\n").encode())
+        write_atomic(partial_json, (json.dumps(results, indent=1) + "\n").encode())
+        kept[:] = results["points"]
 
-    results = run_scale(config, overrides, quick, compute_ms, time_scale, aggregation,
-                        workers, servers, partial=partial)
-    out_json.with_suffix(".partial.json").unlink(missing_ok=True)
+    try:
+        results = run_scale(config, overrides, quick, compute_ms, time_scale, aggregation,
+                            workers, servers, point_timeout, partial=partial)
+    except Interrupted as e:
+        where = partial_json if kept else "nowhere (none was measured)"
+        raise Interrupted(e.signum, f"{len(kept)} points measured kept in {where}") from None
+    partial_json.unlink(missing_ok=True)
     options = (" --scale" + (" --quick" if quick else "")
                + (f" --compute-ms {compute_ms:g}" if compute_ms else "")
                + f" --time-scale {time_scale:g}"
                + (" --aggregation collective" if aggregation == "collective" else "")
                + (f" --workers {','.join(map(str, workers))}" if workers else "")
-               + (f" --ps {','.join(map(str, servers))}" if servers else ""))
+               + (f" --ps {','.join(map(str, servers))}" if servers else "")
+               + (f" --point-timeout {point_timeout:g}"
+                  if point_timeout != POINT_TIMEOUT_S else ""))
     table = scale_table(results, _command_line(options, config, overrides))
     _record(results, table, out_json, docs)
     return table
