@@ -5,6 +5,7 @@ grouping, failure records and relaunches."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -16,9 +17,10 @@ import numpy as np
 import pytest
 
 from dba3c.dist.collective import sit_out_collective_run
+from dba3c.errors import Interrupted
 from dba3c.launchers import scale
 from dba3c.launchers.local import find_mpiexec, launch_environment
-from dba3c.launchers.proctree import TIMED_OUT
+from dba3c.launchers.proctree import TIMED_OUT, Interrupt
 from dba3c.launchers.scale import (
     PointPlan,
     ScalePoint,
@@ -171,4 +173,18 @@ def test_a_failing_point_is_recorded_and_the_points_after_it_run_in_a_new_job(mo
         assert r["efficiency"] == pytest.approx(20.0 / r["step_ms"])
         assert r["steps"] == 8 and r["warmup_steps"] == 3
     assert set(last["peak_rss_mb"]) == {"chief", "ps"}
+    assert marked_processes(marker) == []
+
+
+def test_an_interrupt_ends_a_running_job_with_all_its_ranks(monkeypatch):
+    marker = f"DBA3C_TEST_{uuid.uuid4().hex}"
+    monkeypatch.setenv(marker, "1")
+    seen: list[dict] = []
+    # 40 steps of 1 s (T_c 20 ms x s 50): SIGINT comes 6 s after the start, mid-point
+    with Interrupt() as interrupt:
+        threading.Timer(6.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(Interrupted) as caught:
+            run_points(CONFIG, [], [PointPlan(ScalePoint(2, 1), 50.0, 40, 3)], compute_ms=20.0,
+                       interrupt=interrupt, done=lambda p, r: seen.append(r))
+    assert caught.value.signum == signal.SIGINT and seen == []
     assert marked_processes(marker) == []

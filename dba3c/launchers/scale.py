@@ -143,8 +143,8 @@ def scale_grid(quick: bool) -> list[ScalePoint]:
 
 
 def steps_for(point: ScalePoint, quick: bool) -> tuple[int, int]:
-    """(steps, warm-up steps) of a point: fewer at 32 workers and more, whose launch alone
-    takes a minute or more on a small machine."""
+    """(steps, warm-up steps) of a point: fewer at 32 workers and more (chosen when each
+    point was a launch of its own, which took a minute or more there on a small machine)."""
     if quick:
         return 10, 3
     return (10, 3) if point.workers >= 32 else (12, 4)
