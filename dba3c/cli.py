@@ -114,6 +114,9 @@ def make_parser() -> argparse.ArgumentParser:
                    help="--scale: only the grid's points with these worker counts (e.g. 32,64)")
     p.add_argument("--ps", type=counts, default=(), metavar="P[,P...]",
                    help="--scale: only the grid's points with these parameter-server counts")
+    p.add_argument("--point-timeout", type=float, default=None, metavar="SECONDS",
+                   help="--scale: end a point still running after this long and record it "
+                   "as failed (default 300)")
 
     p = sub.add_parser("tune", help="measure this node's fastest env.num_envs, env.batch_size "
                        "and TensorFlow threads for one process; print the overrides")
@@ -288,20 +291,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
         table = profile_command(args.config, args.overrides, args.quick, out_json,
                                 Path(args.docs))
     elif args.scale:
-        from dba3c.launchers.scale import SCALE_JSON, scale_command
+        from dba3c.launchers.scale import POINT_TIMEOUT_S, SCALE_JSON, scale_command
 
         if args.compute_ms is not None and args.compute_ms <= 0:
             raise UserError(f"--compute-ms {args.compute_ms:g} must be a positive number of "
                             f"milliseconds")
         if args.time_scale < 1:
             raise UserError(f"--time-scale {args.time_scale:g} must be at least 1")
+        point_timeout = POINT_TIMEOUT_S if args.point_timeout is None else args.point_timeout
+        if not point_timeout > 0:
+            raise UserError(f"--point-timeout {point_timeout:g} must be a positive number of "
+                            f"seconds")
         out_json = Path(args.out).with_name(SCALE_JSON)
         table = scale_command(args.config, args.overrides, args.quick, args.compute_ms,
                               args.time_scale, out_json, Path(args.docs),
-                              args.aggregation or "ps", args.workers, args.ps)
-    elif args.aggregation is not None or args.workers or args.ps:
+                              args.aggregation or "ps", args.workers, args.ps, point_timeout)
+    elif (args.aggregation is not None or args.workers or args.ps
+          or args.point_timeout is not None):
         option = ("--aggregation" if args.aggregation is not None
-                  else "--workers" if args.workers else "--ps")
+                  else "--workers" if args.workers else "--ps" if args.ps
+                  else "--point-timeout")
         raise UserError(f"{option} is a --scale option (give --scale)")
     elif args.long is None:
         out_json = Path(args.out)

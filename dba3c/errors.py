@@ -22,9 +22,22 @@ class TrainingError(RuntimeError):
     """
 
 
+class Interrupted(Exception):
+    """A signal (SIGINT, SIGTERM) ended a command that had caught it to clean up first.
+
+    The command line prints ``error: interrupted`` (``; <detail>`` when given, e.g. what was
+    kept) on stderr and exits with 128 + the signal's number: 130 for SIGINT, 143 for SIGTERM.
+    """
+
+    def __init__(self, signum: int, detail: str = ""):
+        super().__init__(f"interrupted; {detail}" if detail else "interrupted")
+        self.signum, self.detail = signum, detail
+
+
 def exit_code(run: Callable[[], int]) -> int:
     """Call ``run`` and return its exit code; a UserError becomes one ``error: ...`` line on
-    stderr and code 2, a TrainingError the same with code 1, an interrupt code 130."""
+    stderr and code 2, a TrainingError the same with code 1, an interrupt code 130 (an
+    :class:`Interrupted` 128 + its signal)."""
     try:
         return run()
     except UserError as e:
@@ -33,6 +46,9 @@ def exit_code(run: Callable[[], int]) -> int:
     except TrainingError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except Interrupted as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 128 + e.signum
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

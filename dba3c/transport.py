@@ -33,6 +33,10 @@ ANY_SOURCE = -1
 # The final barrier's tag: above the protocol's (dba3c.distributed, 1-9), within MPI's
 # guaranteed tag range (0-32767)
 BARRIER_TAG = 32000
+# A run of a sequence in one MPI job (TransportView) moves the protocol's tags by 16 x its
+# number (modulo RUN_TAG_CYCLE), so they stay below BARRIER_TAG
+TAGS_PER_RUN = 16
+RUN_TAG_CYCLE = BARRIER_TAG // TAGS_PER_RUN - 1
 
 
 class Request(Protocol):
@@ -149,10 +153,12 @@ class MpiTransport:
         comm = self._comm.Split(0 if member else self._mpi.UNDEFINED, self.rank)
         return MpiCollectives(comm) if member else None
 
-    def barrier(self) -> None:
+    def barrier(self, max_sleep_s: float = 0.0005) -> None:
         """The end of the run: cancel standing receives, then a barrier through rank 0 with
         synchronous sends (every rank sends rank 0 a token; once it has all of them, rank 0
-        sends each a token back) that sleeps while it waits. A synchronous send completes
+        sends each a token back) that sleeps while it waits (polls at most ``max_sleep_s``
+        apart: ranks that wait long, such as those sitting out a run of a
+        :class:`TransportView`, should poll rarely). A synchronous send completes
         only when its receiver has matched it, so a rank leaves with nothing in flight, and
         only over connections the run already made (rank 0 talks to every rank). MPI's
         Ibarrier, over TCP between 68 emulated nodes (``dba3c bench --scale``, 64 workers),
@@ -167,14 +173,49 @@ class MpiTransport:
             tokens = np.zeros(self.size, np.int8)
             received = [comm.Irecv(tokens[r:r + 1], source=r, tag=BARRIER_TAG)
                         for r in range(1, self.size)]
-            wait_until(lambda: MPI.Request.Testall(received))
+            wait_until(lambda: MPI.Request.Testall(received), max_sleep_s=max_sleep_s)
             released = [comm.Issend(token, dest=r, tag=BARRIER_TAG) for r in range(1, self.size)]
-            wait_until(lambda: MPI.Request.Testall(released))
+            wait_until(lambda: MPI.Request.Testall(released), max_sleep_s=max_sleep_s)
         else:
             reply = np.zeros(1, np.int8)
             pair = [comm.Issend(token, dest=0, tag=BARRIER_TAG),
                     comm.Irecv(reply, source=0, tag=BARRIER_TAG)]
-            wait_until(lambda: MPI.Request.Testall(pair))
+            wait_until(lambda: MPI.Request.Testall(pair), max_sleep_s=max_sleep_s)
+
+
+class TransportView:
+    """The first ``size`` ranks of a world as a world of their own, for run number ``run`` of
+    a sequence in one MPI job (``dba3c bench --scale``): no new communicator (MPI's
+    collectives between ranks that never talked took 30-60 s on the emulated cluster, see
+    :meth:`MpiTransport.barrier`). Messages go point to point through the world with the tags
+    moved by ``TAGS_PER_RUN`` x ``run`` (modulo ``RUN_TAG_CYCLE``), so a message an earlier run
+    left unreceived is never taken by this one; :meth:`split` is the world's, so every rank of
+    the world must call it, the ones outside the view with ``member`` False."""
+
+    def __init__(self, world: Transport, size: int, run: int):
+        if not 0 <= world.rank < size <= world.size:
+            raise ValueError(f"rank {world.rank} of a world of {world.size} is not in a view "
+                             f"of its first {size} ranks")
+        self._world, self.rank, self.size = world, world.rank, size
+        self._offset = TAGS_PER_RUN * (run % RUN_TAG_CYCLE)
+
+    def _tag(self, tag: int) -> int:
+        if not 0 <= tag < TAGS_PER_RUN:
+            raise ValueError(f"tag {tag} is outside a view's 0..{TAGS_PER_RUN - 1}")
+        return tag + self._offset
+
+    def isend(self, buf: np.ndarray, dest: int, tag: int) -> Request:
+        return self._world.isend(buf, dest, self._tag(tag))
+
+    def irecv(self, buf: np.ndarray, source: int, tag: int) -> Request:
+        return self._world.irecv(buf, source, self._tag(tag))
+
+    def abort(self, code: int) -> None:
+        self._world.abort(code)
+
+    def split(self, member: bool) -> Collectives | None:
+        """The world's split (members keep their world order, which is this view's)."""
+        return self._world.split(member)
 
 
 class MpiCollectives:

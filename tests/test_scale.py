@@ -4,7 +4,13 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import threading
+import uuid
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +24,7 @@ from dba3c.launchers.scale import (
     comm_seconds,
     cpu_times,
     host_seconds,
+    logged_steps,
     model_step_seconds,
     peak_by_role,
     point_time_scale,
@@ -27,6 +34,7 @@ from dba3c.launchers.scale import (
     select_points,
     steady_step_seconds,
     steps_for,
+    timeout_message,
 )
 
 from conftest import dba3c
@@ -301,7 +309,11 @@ def test_a_small_run_steps_no_faster_than_its_slowest_worker(point, floor):
 def test_bad_scale_options_are_refused():
     for args, expected in [(["--scale", "--long", "5"], "--scale and --long"),
                            (["--scale", "--compute-ms", "0"], "--compute-ms 0 must be"),
-                           (["--scale", "--time-scale", "0.5"], "--time-scale 0.5 must be")]:
+                           (["--scale", "--time-scale", "0.5"], "--time-scale 0.5 must be"),
+                           (["--scale", "--point-timeout", "0"], "--point-timeout 0 must be a "
+                                                                 "positive number of seconds"),
+                           (["--scale", "--point-timeout", "nan"], "--point-timeout nan must"),
+                           (["--point-timeout", "5"], "--point-timeout is a --scale option")]:
         proc = dba3c("bench", *args, check=False, timeout=60)
         assert proc.returncode == 2 and proc.stderr.startswith("error: ") and \
             expected in proc.stderr, proc.stderr
@@ -333,24 +345,32 @@ def test_scale_command_writes_every_point_to_json_and_appends_the_table(tmp_path
         def host_bytes_per_s(self):
             return 1.5e9
 
-    def measured(config, overrides, point, *, compute_ms, time_scale, steps, warmup,
-                 mpiexec_args, host_bytes_per_s):
-        # what a run would return: here a step of T_c + 1 ms per worker; W = 16 at 100 Gb/s
-        # fails
-        calls.append(("run", point.workers, point.link_gbit, time_scale, mpiexec_args,
-                      host_bytes_per_s))
-        if (tmp_path / "scale.partial.json").exists():  # the points so far, while it runs
-            calls.append(("partial", len(json.loads(
-                (tmp_path / "scale.partial.json").read_text())["points"])))
-        if (point.workers, point.link_gbit) == (16, 100):
-            raise RuntimeError("rank 7 exited 1")
-        step_ms = compute_ms + point.workers
-        return {**asdict(point), "time_scale": time_scale, "step_ms": step_ms,
-                "model_step_ms": step_ms, "emulated_model_step_ms": step_ms,
-                "efficiency": compute_ms / step_ms,
-                "data_points_per_s": 1000.0, "cpu_busy": 0.5, "peak_rss_mb": {"chief": 100.0}}
+    def measured(config, overrides, plans, *, compute_ms, mpiexec_args, host_bytes_per_s,
+                 point_timeout, interrupt, done):
+        # what a job would return: here a step of T_c + 1 ms per worker; W = 4, P = 1 and
+        # W = 16 at 100 Gb/s fail (the job stops there)
+        calls.append(("job", len(plans)))
+        results = []
+        for plan in plans:
+            point, time_scale = plan.point, plan.time_scale
+            calls.append(("run", point.workers, point.link_gbit, time_scale, mpiexec_args,
+                          host_bytes_per_s, point_timeout))
+            if (tmp_path / "scale.partial.json").exists():  # the points so far, while it runs
+                calls.append(("partial", len(json.loads(
+                    (tmp_path / "scale.partial.json").read_text())["points"])))
+            if (point.workers, point.ps, point.link_gbit) in ((16, 4, 100), (4, 1, 10)):
+                results.append(scale.failed_point(plan, "rank 7 exited 1"))
+                done(plan, results[-1])
+                return results
+            step_ms = compute_ms + point.workers
+            results.append({**asdict(point), "time_scale": time_scale, "step_ms": step_ms,
+                            "model_step_ms": step_ms, "emulated_model_step_ms": step_ms,
+                            "efficiency": compute_ms / step_ms, "data_points_per_s": 1000.0,
+                            "cpu_busy": 0.5, "peak_rss_mb": {"chief": 100.0}})
+            done(plan, results[-1])
+        return results
 
-    monkeypatch.setattr(scale, "run_point", measured)
+    monkeypatch.setattr(scale, "run_points", measured)
     monkeypatch.setattr(scale, "EmulatedCluster", Cluster)
     monkeypatch.setattr(scale, "require_emulation", lambda: None)
     docs = tmp_path / "benchmarks.md"
@@ -366,13 +386,111 @@ def test_scale_command_writes_every_point_to_json_and_appends_the_table(tmp_path
     assert "Command: `dba3c bench --scale --quick --time-scale 10`" in table
     assert table.count("\n| 10 | 10 | 16 | 4 |") == 6  # FC 128, 32, 512, and 3 backup rows
     assert "| 100 | 50 | 16 | 4 | 128 | all | none | failed |" in table
+    assert "| 10 | 10 | 4 | 1 | 128 | all | none | failed |" in table
     assert results["points"][-1]["error"] == "rank 7 exited 1"
+    # one job per link rate; the 10 Gb/s job stopped at its third point, the rest relaunched
+    assert [c[1] for c in calls if c[0] == "job"] == [11, 8, 2]
     # one cluster of 20 nodes (16 workers + 4 PS), links reshaped once, stopped at the end
     assert calls[0] == ("start", 20, "1000mbit") and calls[-1] == ("stop",)
     assert [c for c in calls if c[0] == "reshape"] == [("reshape", "2000mbit")]
     assert [c[1] for c in calls if c[0] == "partial"] == list(range(1, 13))
     assert not (tmp_path / "scale.partial.json").exists()
     runs = [c for c in calls if c[0] == "run"]
-    assert len(runs) == 13 and all(c[4:] == (["-hosts", "node1"], 1.5e9) for c in runs)
+    assert len(runs) == 13 and all(c[4:] == (["-hosts", "node1"], 1.5e9, 300.0) for c in runs)
     assert results["host_bytes_per_s"] == 1.5e9
     assert [c[3] for c in runs] == [10] * 11 + [50] * 2
+
+
+def test_a_timed_out_point_says_how_far_it_got():
+    assert logged_steps([]) == 0
+    assert logged_steps([{"step": 1}, {"step": 2}, {"step": 4}]) == 4
+    assert timeout_message(300.0, 4, 12) == "timed out after 300 s (4 of 12 steps logged)"
+    assert timeout_message(7.5, 0, 10) == "timed out after 7.5 s (0 of 10 steps logged)"
+
+
+def marked_processes(marker: str) -> list[int]:
+    """Live processes whose environment holds ``marker`` (what a test gave its children)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and marker.encode() in Path(f"/proc/{entry}/environ").read_bytes():
+                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_point_past_its_time_limit_is_ended_with_its_ranks(monkeypatch):
+    # 1 s per step (T_c 20 ms x s 50) for 40 steps, ended after 8 s: a few steps logged
+    marker = f"DBA3C_TEST_{uuid.uuid4().hex}"
+    monkeypatch.setenv(marker, "1")
+    with pytest.raises(RuntimeError) as failed:
+        run_point("configs/breakout.yaml", [], ScalePoint(2, 1), compute_ms=20.0,
+                  time_scale=50.0, steps=40, warmup=3, point_timeout=8.0)
+    found = re.fullmatch(r"timed out after 8 s \((\d+) of 40 steps logged\)", str(failed.value))
+    # at most 8 steps by the limit (counted from the point's start line), and while the
+    # tree ends (3 s of grace) the chief may log up to 3 more
+    assert found and int(found[1]) <= 11, failed.value
+    assert marked_processes(marker) == []
+
+
+def test_an_interrupt_ends_the_running_point_and_keeps_the_points_so_far(tmp_path, monkeypatch,
+                                                                         capsys):
+    from dba3c.cli import main
+    from dba3c.launchers import proctree, scale
+
+    trees = []
+
+    def measured(config, overrides, plans, *, compute_ms, mpiexec_args, host_bytes_per_s,
+                 point_timeout, interrupt, done):
+        # two points measure; the third runs a real process tree until SIGTERM comes
+        for plan in plans:
+            if len(trees) == 2:
+                tree = proctree.ProcessTree(["sh", "-c", "trap '' TERM; sleep 100 & sleep 100"])
+                threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+                assert tree.wait(interrupt) == proctree.INTERRUPTED
+                trees.append(tree)
+                interrupt.check()
+            trees.append(None)
+            done(plan, {**asdict(plan.point), "time_scale": plan.time_scale, "step_ms": 20.0,
+                        "model_step_ms": 20.0, "emulated_model_step_ms": 20.0,
+                        "efficiency": 0.6, "data_points_per_s": 1000.0, "cpu_busy": 0.5,
+                        "peak_rss_mb": {"chief": 1.0}})
+        return []
+
+    class Cluster:
+        rate = "1000mbit"
+
+        def __init__(self, nodes, rate):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            trees.append("stopped")
+
+        def mpiexec_args(self):
+            return []
+
+        def host_bytes_per_s(self):
+            return 1e9
+
+    monkeypatch.setattr(scale, "run_points", measured)
+    monkeypatch.setattr(scale, "EmulatedCluster", Cluster)
+    monkeypatch.setattr(scale, "require_emulation", lambda: None)
+    before = signal.getsignal(signal.SIGTERM)
+    docs = tmp_path / "benchmarks.md"
+    rc = main(["bench", "--scale", "--quick", "--out", str(tmp_path / "b" / "results.json"),
+               "--docs", str(docs)])
+    err = capsys.readouterr().err
+    partial = tmp_path / "b" / "scale.partial.json"
+    assert rc == 143, err
+    assert err.endswith(f"\nerror: interrupted; 2 points measured kept in {partial}\n"), err
+    assert "Traceback" not in err and not docs.exists()
+    assert [(p["workers"], p["ps"]) for p in json.loads(partial.read_text())["points"]] == [
+        (1, 1), (1, 4)]
+    assert trees[-1] == "stopped" and not trees[2].pids()  # the cluster stopped, tree ended
+    assert signal.getsignal(signal.SIGTERM) is before

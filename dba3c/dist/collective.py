@@ -288,6 +288,14 @@ class RankWatch:
                 f"{self.timeout_s:g}: the chief names a stalled rank after one timeout)")
 
 
+def sit_out_collective_run(t: Transport) -> None:
+    """A rank of the world outside a collective run of fewer ranks (a
+    :class:`~dba3c.transport.TransportView` of a sequence of runs in one MPI job): join the
+    world-wide calls the run makes, its one :meth:`~dba3c.transport.Transport.split`
+    (:func:`run_collective_rank`), as a non-member."""
+    t.split(False)
+
+
 def run_collective_rank(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
                         make_worker: Callable[[], Worker]) -> bool:
     """Play this rank's part of collective aggregation to the end of the run, if it is a

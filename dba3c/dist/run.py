@@ -124,29 +124,31 @@ def run_rank(t: Transport, cfg: Config, spec: NetSpec) -> None:
         run_worker(t, roles, cfg, spec)
 
 
-def train_distributed(cfg: Config) -> int:
-    """``dba3c train`` under mpiexec/srun: any failing rank ends the whole job non-zero."""
+def rank_spec(t: Transport, cfg: Config) -> NetSpec:
+    """The network of a run on world ``t``, once the config is checked again with the number
+    of workers the world size gives (UserError: the same problem on every rank)."""
+    from dba3c.envs import env_spaces  # cached per process: a sequence of runs opens one
+    from dba3c.models import make_net_spec
+
+    roles = make_roles(t.size, cfg)
+    spec = make_net_spec(cfg.model, *env_spaces(cfg))
+    validate(replace(cfg, dist=replace(cfg.dist, workers=roles.num_workers)))
+    return spec
+
+
+def ignore_polite_signals() -> None:
+    """On ranks other than 0: the chief coordinates stopping, the others ignore SIGUSR2,
+    SIGINT and SIGTERM (mpiexec forwards SIGTERM and SIGINT to every rank, Slurm sends
+    SIGTERM to all tasks)."""
     import signal
 
-    from dba3c.envs import env_spaces
-    from dba3c.models import make_net_spec
-    from dba3c.transport import MpiTransport
+    for sig in (signal.SIGUSR2, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
 
-    t = MpiTransport(cfg.dist.collective_algorithm)
-    try:
-        roles = make_roles(t.size, cfg)
-        spec = make_net_spec(cfg.model, *env_spaces(cfg))
-        # the world size fixes the number of workers: check the config again with it
-        validate(replace(cfg, dist=replace(cfg.dist, workers=roles.num_workers)))
-    except UserError as e:  # every rank finds the same problem; one reports it
-        if t.rank == 0:
-            print(f"error: {e}", file=sys.stderr, flush=True)
-        return 2
-    if t.rank != 0:  # the chief coordinates stopping; others ignore the polite signals
-        # (mpiexec forwards SIGTERM and SIGINT to every rank, Slurm sends SIGTERM to all tasks)
-        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+def play_rank(t: Transport, cfg: Config, spec: NetSpec) -> None:
+    """:func:`run_rank`; a failure ends the whole world through ``t.abort`` (2 for a
+    UserError, 1 otherwise) after an ``error:`` line naming the rank."""
     try:
         run_rank(t, cfg, spec)
     except UserError as e:
@@ -160,6 +162,22 @@ def train_distributed(cfg: Config) -> int:
         print(f"error: rank {t.rank} ({role}) failed: {e!r}\n{traceback.format_exc()}",
               file=sys.stderr, flush=True)
         t.abort(1)
+
+
+def train_distributed(cfg: Config) -> int:
+    """``dba3c train`` under mpiexec/srun: any failing rank ends the whole job non-zero."""
+    from dba3c.transport import MpiTransport
+
+    t = MpiTransport(cfg.dist.collective_algorithm)
+    try:
+        spec = rank_spec(t, cfg)
+    except UserError as e:  # every rank finds the same problem; one reports it
+        if t.rank == 0:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
+    if t.rank != 0:
+        ignore_polite_signals()
+    play_rank(t, cfg, spec)
     t.barrier()
     if t.rank == 0:
         print(f"run finished; outputs in {cfg.run.dir}", file=sys.stderr)

@@ -160,16 +160,37 @@ class RssSampler(threading.Thread):
         self.peak_mb: dict[str, float] = {}
         self.series: list[tuple[float, dict[str, float]]] = []  # (seconds, peak so far)
         self._finished = threading.Event()
+        self._lock = threading.Lock()
 
     def run(self) -> None:
         start = time.monotonic()
         while not self._finished.wait(self.interval):
+            self.sample()
+            self.series.append((time.monotonic() - start, dict(self.peak_mb)))
+
+    def sample(self) -> None:
+        """Read every process's peak now."""
+        with self._lock:
             for pid in [self.pid, *_descendants(self.pid)]:
                 hwm, rank = _vm_hwm_mb(pid), _rank_of(pid)
                 if hwm is not None and (rank is not None or pid == self.pid):
                     key = f"rank{rank}" if rank is not None else "process"
                     self.peak_mb[key] = max(self.peak_mb.get(key, 0.0), hwm)
-            self.series.append((time.monotonic() - start, dict(self.peak_mb)))
+
+    def restart(self) -> dict[str, float]:
+        """The peaks until now (MB by rank, sampled once more); then start again from every
+        rank's current RSS (the kernel's VmHWM reset through /proc/PID/clear_refs), e.g.
+        when the ranks of a job go on to another run."""
+        self.sample()
+        with self._lock:
+            peaks, self.peak_mb = dict(sorted(self.peak_mb.items())), {}
+            for pid in _descendants(self.pid):
+                if _rank_of(pid) is not None:
+                    try:
+                        Path(f"/proc/{pid}/clear_refs").write_text("5")
+                    except OSError:
+                        continue
+        return peaks
 
     def stop(self) -> dict[str, float]:
         """Stop sampling; peak RSS in MB by rank."""

@@ -35,10 +35,10 @@ def find_mpiexec() -> str:
     return found
 
 
-def launch_command(config: str, overrides: list[str], *, workers: int, ps: int | None,
-                   evaluator: bool, mpiexec_args: list[str] | None = None) -> list[str]:
-    """The mpiexec command line for this layout (validated before anything starts);
-    ``mpiexec_args`` go before ``-n`` (hosts, launcher, environment)."""
+def launch_layout(config: str, overrides: list[str], *, workers: int, ps: int | None,
+                  evaluator: bool) -> tuple[list[str], int]:
+    """(the overrides every rank gets, the world size) of this layout, validated: the
+    options become overrides, ``workers`` wins over a preset's ``dist.workers``."""
     if workers < 1:
         raise UserError(f"--workers {workers} must be at least 1")
     extra = list(overrides)
@@ -53,6 +53,25 @@ def launch_command(config: str, overrides: list[str], *, workers: int, ps: int |
         cfg = load_config(config, extra)  # (breakout_64.yaml says 64)
     world = required_world_size(cfg, workers)
     make_roles(world, cfg)  # refuses impossible layouts now, not in every rank
+    return extra, world
+
+
+def launch_environment() -> dict[str, str]:
+    """This process's environment for mpiexec and its ranks: unbuffered Python output, and
+    MPICH's single-copy (process_vm_readv) transfers between ranks on one host, so a multi-MB
+    parameter message needs two progress calls, not one per 64 KB cell (Pong 1 worker + 1
+    PS: 672 -> 1058 data points/s; docs/benchmarks.md)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.setdefault("MPIR_CVAR_CH4_CMA_ENABLE", "1")
+    return env
+
+
+def launch_command(config: str, overrides: list[str], *, workers: int, ps: int | None,
+                   evaluator: bool, mpiexec_args: list[str] | None = None) -> list[str]:
+    """The mpiexec command line for this layout (validated before anything starts);
+    ``mpiexec_args`` go before ``-n`` (hosts, launcher, environment)."""
+    extra, world = launch_layout(config, overrides, workers=workers, ps=ps,
+                                 evaluator=evaluator)
     if world == 1:
         return [sys.executable, "-m", "dba3c", "train", config, *extra]
     return [find_mpiexec(), *(mpiexec_args or []), "-n", str(world), sys.executable, "-m",
@@ -72,11 +91,7 @@ def launch_local(config: str, overrides: list[str], *, workers: int, ps: int | N
     cmd = launch_command(config, overrides, workers=workers, ps=ps, evaluator=evaluator,
                          mpiexec_args=mpiexec_args)
     print("launch: " + " ".join(cmd), file=sys.stderr, flush=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    # MPICH: single-copy (process_vm_readv) transfers between ranks on one host, so a
-    # multi-MB parameter message needs two progress calls, not one per 64 KB cell
-    # (Pong 1 worker + 1 PS: 672 -> 1058 data points/s; docs/benchmarks.md)
-    env.setdefault("MPIR_CVAR_CH4_CMA_ENABLE", "1")
+    env = launch_environment()
     # Stopping goes through this process: mpiexec runs in its own process group (a Ctrl-C
     # reaches it once, from here) and gets SIGINT/SIGTERM, which it forwards to every rank
     # (rank 0 checkpoints and stops the run, the others ignore them). MPICH's mpiexec dies on

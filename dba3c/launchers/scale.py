@@ -1,8 +1,12 @@
 """``dba3c bench --scale``: the distributed layer at scale, on the emulated cluster.
 
-Every grid point is one ``dba3c launch`` of synthetic workers (no TensorFlow, see
-``dba3c/synthetic.py``) on the emulated cluster of ``slurm/local-cluster.sh``: one rank per
-emulated node, so every worker and parameter server has its own shaped link. W workers, P
+Every grid point is a run of synthetic workers (no TensorFlow, see ``dba3c/synthetic.py``) on
+the emulated cluster of ``slurm/local-cluster.sh``: one rank per emulated node, so every
+worker and parameter server has its own shaped link. Consecutive points with the same link
+rate run as one MPI job (``dba3c/launchers/scalejob.py``) of as many ranks as the largest of
+them, which starts its ranks, imports and connections once; a job that fails or runs past
+``--point-timeout`` in a point is ended whole (``dba3c/launchers/proctree.py``), the point
+recorded as failed, and the points after it run in a new job. W workers, P
 parameter servers, the paper network at FC H, optionally backup workers (R of W gradients per
 step) and stragglers, over links of 10 or 100 Gb/s; or with ``--aggregation collective`` the
 same W without parameter servers (each worker owns a shard: reduce-scatter, Adam,
@@ -21,26 +25,32 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shlex
+import queue
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import date
 from itertools import pairwise
 from pathlib import Path
 from statistics import median
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
-from dba3c.config import DistConfig, load_config
-from dba3c.errors import UserError
+from dba3c.config import Config, DistConfig, load_config
+from dba3c.errors import Interrupted, UserError
 from dba3c.launchers.emulated import EmulatedCluster, link_rate, require_emulation
+from dba3c.launchers.proctree import EXITED, INTERRUPTED, TIMED_OUT, Interrupt, ProcessTree
+from dba3c.launchers.scalejob import JobRun, job_event, write_job
 from dba3c.roles import required_world_size
 from dba3c.rundir import RunDir, write_atomic
+
+if TYPE_CHECKING:
+    from dba3c.launchers.bench import RssSampler
+
+_T = TypeVar("_T")
 
 # T_c assumed for one 12-core node of the paper: docs/benchmarks.md measured 77 ms per step on
 # 2 cores and scales it by 2/12 at equal efficiency (~13 ms); an assumption, not a measurement
@@ -63,6 +73,9 @@ ADAM_S_PER_PARAM = 10e-9  # docs/benchmarks.md: Adam on N/P floats takes N/P x 1
 COLLECTIVE_ROUND_S = 70e-6
 SCALE_JSON = "scale.json"  # dba3c bench --scale's results, beside bench/results.json
 STALL_TIMEOUT_S = 60.0  # a point whose steps stop ends after this, not after the default 300 s
+# --point-timeout's default: a point still running after this is ended (steps that crawl at
+# 50 s each never trip the stall watchdog; one ran for 8 minutes)
+POINT_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -103,11 +116,12 @@ def collective_grid(quick: bool) -> list[ScalePoint]:
 
 
 def scale_grid(quick: bool) -> list[ScalePoint]:
-    """The points measured, grouped by link rate: over 10 Gb/s links W x P at FC 128, FC
-    sizes and P at the largest W, and backup workers (R = W - W/16) with and without
-    stragglers; over 100 Gb/s links W at P = 1 and 4, FC 128 (a 64-worker point takes
-    100-140 s on 2 loaded cores, most of it starting 68 ranks, so the whole grid takes well
-    over 25 minutes there). ``quick`` is a 16-worker version with two 100 Gb/s points."""
+    """The points measured, grouped by link rate (each group is one MPI job of as many ranks
+    as its largest point, :func:`job_groups`): over 10 Gb/s links W x P at FC 128, FC sizes
+    and P at the largest W, and backup workers (R = W - W/16) with and without stragglers;
+    over 100 Gb/s links W at P = 1 and 4, FC 128. Started one ``dba3c launch`` each, a
+    64-worker point spent 40-190 s starting 68 ranks on 2 loaded cores; in one job they start
+    once per link rate. ``quick`` is a 16-worker version with two 100 Gb/s points."""
     sizes: tuple[int, ...]
     servers: tuple[int, ...]
     fcs: tuple[int, ...]
@@ -129,8 +143,8 @@ def scale_grid(quick: bool) -> list[ScalePoint]:
 
 
 def steps_for(point: ScalePoint, quick: bool) -> tuple[int, int]:
-    """(steps, warm-up steps) of a point: fewer at 32 workers and more, whose launch alone
-    takes a minute or more on a small machine."""
+    """(steps, warm-up steps) of a point: fewer at 32 workers and more (chosen when each
+    point was a launch of its own, which took a minute or more there on a small machine)."""
     if quick:
         return 10, 3
     return (10, 3) if point.workers >= 32 else (12, 4)
@@ -257,66 +271,254 @@ class CpuSampler(threading.Thread):
         return self.samples
 
 
-def run_point(config: str, overrides: list[str], point: ScalePoint, *, compute_ms: float,
-              time_scale: float, steps: int, warmup: int,
-              mpiexec_args: list[str] | None = None,
-              host_bytes_per_s: float | None = None) -> dict:
-    """One ``dba3c launch`` of synthetic ranks (with ``mpiexec_args``: on the emulated
-    cluster); its steady step time, efficiency, throughput, the machine's CPU use and the
-    analytic model's step time (with ``host_bytes_per_s`` also the model plus the
+@dataclass(frozen=True)
+class PointPlan:
+    """A point as the bench runs it: at time scale ``time_scale``, ``steps`` steps of which
+    the first ``warmup`` are left out of the steady step time."""
+
+    point: ScalePoint
+    time_scale: float
+    steps: int
+    warmup: int
+
+
+def point_overrides(plan: PointPlan, poll: DistConfig, compute_ms: float,
+                    run_dir: Path) -> list[str]:
+    """The overrides of a point's synthetic run in ``run_dir``: its own (:meth:`ScalePoint.
+    overrides`), T_c x s of compute, no evaluation, a metrics record every step, the stall
+    watchdog at ``STALL_TIMEOUT_S``, and the poll caps of ``poll`` x s."""
+    s = plan.time_scale
+    return [*plan.point.overrides(), "synthetic.enabled=true",
+            f"synthetic.compute_ms={compute_ms * s:g}", "eval.every=0", "eval.rank=false",
+            f"train.max_steps={plan.steps}", "train.max_seconds=0", "run.progress=none",
+            "run.log_every=1", "run.checkpoint_every=0",
+            f"dist.stall_timeout={STALL_TIMEOUT_S:g}",
+            f"dist.poll_max_ms={poll.poll_max_ms * s:g}",
+            f"dist.collective_poll_us={poll.collective_poll_us * s:g}", f"run.dir={run_dir}"]
+
+
+def point_result(plan: PointPlan, cfg: Config, metrics: list[dict],
+                 samples: list[tuple[int, int, int]], peak_mb: dict[str, float],
+                 compute_ms: float, host_bytes_per_s: float | None) -> dict:
+    """What a point measured (its ``metrics`` records, CPU ``samples``, peak RSS by rank)
+    beside the analytic model's step time (with ``host_bytes_per_s`` also the model with the
     emulating host's cores as a limit, :func:`host_seconds`)."""
     from dba3c.envs import env_spaces
-    from dba3c.launchers.bench import RssSampler
     from dba3c.models import make_net_spec
 
-    cfg = load_config(config, [*overrides, *point.overrides()])
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    if mpiexec_args:
-        env["DBA3C_MPIEXEC_ARGS"] = shlex.join(mpiexec_args)
-    with tempfile.TemporaryDirectory(prefix="dba3c-scale-") as run_dir:
-        cmd = [sys.executable, "-m", "dba3c", "launch", config, "--workers", str(point.workers),
-               "--ps", str(point.ps), *overrides, *point.overrides(), "synthetic.enabled=true",
-               f"synthetic.compute_ms={compute_ms * time_scale:g}", "eval.every=0",
-               "eval.rank=false", f"train.max_steps={steps}", "train.max_seconds=0",
-               "run.progress=none", "run.log_every=1", "run.checkpoint_every=0",
-               f"dist.stall_timeout={STALL_TIMEOUT_S:g}",
-               f"dist.poll_max_ms={cfg.dist.poll_max_ms * time_scale:g}",
-               f"dist.collective_poll_us={cfg.dist.collective_poll_us * time_scale:g}",
-               f"run.dir={run_dir}"]
-        sampler = CpuSampler(RunDir(run_dir).metrics_path)
-        sampler.start()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True, env=env)
-        rss = RssSampler(proc.pid, interval=0.5)
-        rss.start()
-        _, err = proc.communicate()
-        samples, peak_mb = sampler.stop(), rss.stop()
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {err[-2000:]}")
-        metrics = RunDir(run_dir).read_metrics()
-    step_s = steady_step_seconds(metrics, warmup) / time_scale
+    point, s = plan.point, plan.time_scale
+    step_s = steady_step_seconds(metrics, plan.warmup) / s
     replicas = point.replicas or point.workers
     num_params = make_net_spec(cfg.model, *env_spaces(cfg)).layout().num_params
     algorithm = cfg.dist.collective_algorithm
-    model_s = model_step_seconds(point, num_params, compute_ms / 1000, time_scale,
-                                 algorithm=algorithm)
-    emulated_s = model_step_seconds(point, num_params, compute_ms / 1000, time_scale,
-                                    host_bytes_per_s, algorithm)
-    return {**asdict(point), "time_scale": time_scale, "steps": steps, "warmup_steps": warmup,
-            "step_ms": 1000 * step_s, "model_step_ms": 1000 * model_s,
-            "emulated_model_step_ms": 1000 * emulated_s,
+    model_s = model_step_seconds(point, num_params, compute_ms / 1000, s, algorithm=algorithm)
+    emulated_s = model_step_seconds(point, num_params, compute_ms / 1000, s, host_bytes_per_s,
+                                    algorithm)
+    return {**asdict(point), "time_scale": s, "steps": plan.steps,
+            "warmup_steps": plan.warmup, "step_ms": 1000 * step_s,
+            "model_step_ms": 1000 * model_s, "emulated_model_step_ms": 1000 * emulated_s,
             "efficiency": compute_ms / 1000 / step_s,
             "data_points_per_s": replicas * cfg.train.batch_size / step_s,
-            "cpu_busy": busy_fraction(samples, warmup),
-            "peak_rss_mb": peak_by_role(peak_mb, point.ps)}
+            "cpu_busy": busy_fraction(samples, plan.warmup),
+            "peak_rss_mb": peak_by_role(peak_mb, point.ps,
+                                        required_world_size(cfg, point.workers))}
 
 
-def peak_by_role(peak_mb: dict[str, float], num_ps: int) -> dict[str, float]:
+def failed_point(plan: PointPlan, error: str) -> dict:
+    """The record of a point that could not be measured."""
+    return {**asdict(plan.point), "time_scale": plan.time_scale, "error": error[-1000:]}
+
+
+def job_groups(plans: list[PointPlan]) -> list[list[PointPlan]]:
+    """The MPI jobs of a grid: runs of consecutive points with the same link rate (the
+    emulated cluster is reshaped only between jobs)."""
+    groups: list[list[PointPlan]] = []
+    for plan in plans:
+        if groups and groups[-1][-1].point.link_gbit == plan.point.link_gbit:
+            groups[-1].append(plan)
+        else:
+            groups.append([plan])
+    return groups
+
+
+def unfinished(points: Sequence[_T], ended: int) -> tuple[_T | None, list[_T]]:
+    """After a job that ended (its end line) the first ``ended`` of its ``points``: the point
+    it was running when it stopped (None: it ended every one) and the points after that one,
+    which a new job runs."""
+    if ended >= len(points):
+        return None, []
+    return points[ended], list(points[ended + 1:])
+
+
+def job_failure(how: str, returncode: int | None, stderr_tail: str, timeout_s: float,
+                logged: int, steps: int) -> str:
+    """Why the point a job was running did not end: ended past ``--point-timeout`` with
+    ``logged`` of its ``steps`` steps logged, or the job exited (its stderr's tail)."""
+    if how == TIMED_OUT:
+        return timeout_message(timeout_s, logged, steps)
+    return f"job exited {returncode}: {stderr_tail}"
+
+
+def job_runs(config: str, overrides: list[str], plans: list[PointPlan], compute_ms: float,
+             run_dirs: list[Path]) -> list[JobRun]:
+    """The runs of a job for these points (each in its run directory of ``run_dirs``), laid
+    out as ``dba3c launch --workers W --ps P`` would."""
+    from dba3c.launchers.local import launch_layout
+
+    runs = []
+    for plan, run_dir in zip(plans, run_dirs, strict=True):
+        poll = load_config(config, [*overrides, *plan.point.overrides()]).dist
+        extra, ranks = launch_layout(
+            config, [*overrides, *point_overrides(plan, poll, compute_ms, run_dir)],
+            workers=plan.point.workers, ps=plan.point.ps, evaluator=False)
+        runs.append(JobRun(config, tuple(extra), ranks))
+    return runs
+
+
+class _JobWatch:
+    """The driver's side of a running job: rank 0's start / end lines (read by a thread,
+    handled in the waiting thread by :meth:`deadline`) start and stop the point's CPU
+    sampler and peak RSS, and an ended point is measured at once."""
+
+    def __init__(self, run_dirs: list[Path], stdout: IO[str], rss: RssSampler,
+                 point_timeout: float,
+                 measure: Callable[[int, list[tuple[int, int, int]], dict[str, float]], None]):
+        self.run_dirs = run_dirs
+        self.rss, self.point_timeout, self.measure = rss, point_timeout, measure
+        self.ended, self.started_at = 0, time.monotonic()  # job start counts till point 0's
+        self._events: queue.SimpleQueue[tuple[str, int]] = queue.SimpleQueue()
+        self._cpu: CpuSampler | None = None
+        self._reader = threading.Thread(target=self._read, args=(stdout,), daemon=True)
+        self._reader.start()
+
+    def _read(self, stdout: IO[str]) -> None:
+        for line in stdout:
+            event = job_event(line)
+            if event is not None:
+                self._events.put(event)
+
+    def deadline(self) -> float:
+        """Handle the lines read so far; when the running point must have ended."""
+        while not self._events.empty():
+            kind, index = self._events.get()
+            if kind == "start":
+                self.started_at = time.monotonic()
+                self._cpu = CpuSampler(RunDir(self.run_dirs[index]).metrics_path)
+                self._cpu.start()
+                self.rss.restart()
+            elif self._cpu is not None:
+                samples, self._cpu = self._cpu.stop(), None
+                self.ended = index + 1
+                self.measure(index, samples, self.rss.restart())
+        return self.started_at + self.point_timeout
+
+    def finish(self, drain: bool) -> None:
+        """After the job: handle the last lines if ``drain`` (not when the job was ended: rank
+        0 stops a run early on SIGTERM, and that run did not end by itself)."""
+        self._reader.join()
+        if drain:
+            self.deadline()
+        if self._cpu is not None:
+            self._cpu.stop()
+
+
+def run_points(config: str, overrides: list[str], plans: list[PointPlan], *,
+               compute_ms: float, mpiexec_args: list[str] | None = None,
+               host_bytes_per_s: float | None = None, point_timeout: float = POINT_TIMEOUT_S,
+               interrupt: Interrupt | None = None,
+               done: Callable[[PointPlan, dict], None] = lambda plan, result: None
+               ) -> list[dict]:
+    """The points of ``plans`` in order as one MPI job of synthetic ranks
+    (``dba3c.launchers.scalejob``; with ``mpiexec_args``: on the emulated cluster), until one
+    fails: a record per point, handed to ``done`` as soon as it is known (:func:`point_result`,
+    or :func:`failed_point` when the job exits or runs past ``point_timeout`` seconds in one
+    point, counted from its start line; then the job's whole process tree is ended and the
+    records stop there: the caller runs the rest as a new job). A signal caught by
+    ``interrupt`` ends the tree and raises :class:`~dba3c.errors.Interrupted`."""
+    from dba3c.launchers.bench import RssSampler
+    from dba3c.launchers.local import find_mpiexec, launch_environment
+
+    results: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="dba3c-scale-") as tmp, \
+            tempfile.TemporaryFile("w+") as stderr:
+        run_dirs = [Path(tmp) / f"point{i}" for i in range(len(plans))]
+        runs = job_runs(config, overrides, plans, compute_ms, run_dirs)
+        configs = [load_config(r.config, list(r.overrides)) for r in runs]
+        write_job(Path(tmp) / "job.json", runs)
+        cmd = [find_mpiexec(), *(mpiexec_args or []), "-n", str(max(r.ranks for r in runs)),
+               sys.executable, "-m", "dba3c.launchers.scalejob", str(Path(tmp) / "job.json")]
+
+        def measure(index: int, samples: list[tuple[int, int, int]],
+                    peak_mb: dict[str, float]) -> None:
+            plan, metrics = plans[index], RunDir(run_dirs[index]).read_metrics()
+            try:
+                r = point_result(plan, configs[index], metrics, samples, peak_mb, compute_ms,
+                                 host_bytes_per_s)
+            except ValueError as e:  # too few steps logged to measure
+                r = failed_point(plan, str(e))
+            results.append(r)
+            done(plan, r)
+
+        tree = ProcessTree(cmd, env=launch_environment(), stdout=subprocess.PIPE,
+                           stderr=stderr, text=True)
+        rss = RssSampler(tree.pid, interval=0.5)
+        rss.start()
+        assert tree.proc.stdout is not None
+        watch = _JobWatch(run_dirs, tree.proc.stdout, rss, point_timeout, measure)
+        how = tree.wait(interrupt, watch.deadline)
+        watch.finish(drain=how == EXITED)
+        rss.stop()
+        if how == INTERRUPTED:
+            assert interrupt is not None and interrupt.signum is not None
+            raise Interrupted(interrupt.signum)
+        stopped, _ = unfinished(plans, watch.ended)
+        if stopped is not None:
+            stderr.seek(0)
+            logged = logged_steps(RunDir(run_dirs[watch.ended]).read_metrics())
+            r = failed_point(stopped, job_failure(how, tree.returncode, stderr.read()[-2000:],
+                                                  point_timeout, logged, stopped.steps))
+            results.append(r)
+            done(stopped, r)
+    return results
+
+
+def run_point(config: str, overrides: list[str], point: ScalePoint, *, compute_ms: float,
+              time_scale: float, steps: int, warmup: int,
+              mpiexec_args: list[str] | None = None,
+              host_bytes_per_s: float | None = None,
+              point_timeout: float = POINT_TIMEOUT_S,
+              interrupt: Interrupt | None = None) -> dict:
+    """One point as an MPI job of its own (:func:`run_points`): its steady step time,
+    efficiency, throughput, the machine's CPU use, peak RSS by role and the analytic model's
+    step time. A point that fails, or runs longer than ``point_timeout`` seconds, is a
+    RuntimeError saying why."""
+    [r] = run_points(config, overrides, [PointPlan(point, time_scale, steps, warmup)],
+                     compute_ms=compute_ms, mpiexec_args=mpiexec_args,
+                     host_bytes_per_s=host_bytes_per_s, point_timeout=point_timeout,
+                     interrupt=interrupt)
+    if "error" in r:
+        raise RuntimeError(r["error"])
+    return r
+
+
+def logged_steps(metrics: list[dict]) -> int:
+    """The last global step in a run's metrics records (0 before the first)."""
+    return max((m["step"] for m in metrics), default=0)
+
+
+def timeout_message(seconds: float, logged: int, steps: int) -> str:
+    """Why a point that ran past ``--point-timeout`` was ended."""
+    return f"timed out after {seconds:g} s ({logged} of {steps} steps logged)"
+
+
+def peak_by_role(peak_mb: dict[str, float], num_ps: int,
+                 num_ranks: int | None = None) -> dict[str, float]:
     """The largest peak RSS (MB) among the chief (rank 0), the parameter servers (ranks
-    1..P) and the other workers, from peaks keyed ``rankR``."""
+    1..P) and the other workers, from peaks keyed ``rankR`` (only ranks below ``num_ranks``
+    when given: a job's ranks that sat the point out are left out)."""
     roles: dict[str, float] = {}
     for key, mb in peak_mb.items():
-        if key.startswith("rank"):
+        if key.startswith("rank") and (num_ranks is None or int(key[4:]) < num_ranks):
             rank = int(key[4:])
             role = "chief" if rank == 0 else "ps" if rank <= num_ps else "worker"
             roles[role] = max(roles.get(role, 0.0), mb)
@@ -357,16 +559,19 @@ def select_points(grid: list[ScalePoint], workers: tuple[int, ...] = (),
 
 def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
               time_scale: float, aggregation: str = "ps", workers: tuple[int, ...] = (),
-              servers: tuple[int, ...] = (),
+              servers: tuple[int, ...] = (), point_timeout: float = POINT_TIMEOUT_S,
               progress: Callable[[str], None] = lambda text: print(text, file=sys.stderr,
                                                                    flush=True),
               partial: Callable[[dict], None] = lambda results: None) -> dict:
     """Every point of the grid on the emulated cluster (started with as many nodes as the
     largest point has ranks, reshaped per link rate, stopped at the end); the results as
-    one JSON-able dict, also handed to ``partial`` after each point. A point that fails is
-    recorded with its error and the grid goes on. ``aggregation`` collective measures
-    :func:`collective_grid` instead; ``workers`` and ``servers`` keep only the points with
-    those counts of workers and parameter servers (:func:`select_points`)."""
+    one JSON-able dict, also handed to ``partial`` after each point. A point that fails, or
+    runs longer than ``point_timeout`` seconds, is recorded with its error and the grid goes
+    on. SIGINT or SIGTERM ends the running point's processes and raises
+    :class:`~dba3c.errors.Interrupted` (the points so far went to ``partial``).
+    ``aggregation`` collective measures :func:`collective_grid` instead; ``workers`` and
+    ``servers`` keep only the points with those counts of workers and parameter servers
+    (:func:`select_points`)."""
     from dba3c.launchers.bench import machine_description
 
     grid = select_points(collective_grid(quick) if aggregation == "collective"
@@ -387,31 +592,41 @@ def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float 
     first_rate = link_rate(grid[0].link_gbit, point_time_scale(grid[0], time_scale))
     progress(f"bench --scale: starting the emulated cluster ({nodes} nodes, links "
              f"{first_rate}); T_c = {compute_ms:.1f} ms ({results['compute_ms_source']})")
-    with EmulatedCluster(nodes, first_rate) as emulated:
+    with Interrupt() as interrupt, EmulatedCluster(nodes, first_rate) as emulated:
+        interrupt.check()
         mpiexec_args = emulated.mpiexec_args()
         results["host_bytes_per_s"] = host = emulated.host_bytes_per_s()
         progress(f"bench --scale: MPI over unshaped links moves {host / 1e6:.0f} MB/s on this "
                  f"host (in the model: a second limit on the transfers, / s)")
-        for i, point in enumerate(grid):
-            s = point_time_scale(point, time_scale)
-            if link_rate(point.link_gbit, s) != emulated.rate:
-                emulated.reshape(link_rate(point.link_gbit, s))
-            steps, warmup = steps_for(point, quick)
-            try:
-                r = run_point(config, overrides, point, compute_ms=compute_ms, time_scale=s,
-                              steps=steps, warmup=warmup, mpiexec_args=mpiexec_args,
-                              host_bytes_per_s=host)
+
+        def record(plan: PointPlan, r: dict) -> None:
+            results["points"].append(r)
+            partial(results)
+            if "error" in r:
+                done = f"FAILED: {r['error'][-300:]}"
+            else:
                 cpu = "?" if r["cpu_busy"] is None else f"{100 * r['cpu_busy']:.0f}%"
                 done = (f"step {r['step_ms']:.1f} ms (model {r['model_step_ms']:.1f}, with "
                         f"the host {r['emulated_model_step_ms']:.1f}), E "
                         f"{r['efficiency']:.2f}, CPU {cpu}")
-            except RuntimeError as e:
-                r = {**asdict(point), "time_scale": s, "error": str(e)[-1000:]}
-                done = f"FAILED: {str(e)[-300:]}"
-            results["points"].append(r)
-            partial(results)
-            progress(f"bench --scale {i + 1}/{len(grid)} [{time.monotonic() - t0:.0f} s] "
-                     f"{point_label(point)}, s={s:g} ({emulated.rate}): {done}")
+            progress(f"bench --scale {len(results['points'])}/{len(grid)} "
+                     f"[{time.monotonic() - t0:.0f} s] {point_label(plan.point)}, "
+                     f"s={plan.time_scale:g} ({emulated.rate}): {done}")
+
+        plans = [PointPlan(p, point_time_scale(p, time_scale), *steps_for(p, quick))
+                 for p in grid]
+        for group in job_groups(plans):
+            rate = link_rate(group[0].point.link_gbit, group[0].time_scale)
+            if rate != emulated.rate:
+                emulated.reshape(rate)
+            todo: list[PointPlan] = group
+            while todo:  # a job that fails in a point leaves the rest to a new one
+                interrupt.check()
+                ran = run_points(config, overrides, todo, compute_ms=compute_ms,
+                                 mpiexec_args=mpiexec_args, host_bytes_per_s=host,
+                                 point_timeout=point_timeout, interrupt=interrupt,
+                                 done=record)
+                todo = todo[len(ran):]
     return results
 
 
@@ -460,26 +675,36 @@ def scale_table(r: dict, command: str) -> str:
 def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
                   time_scale: float, out_json: Path, docs: Path,
                   aggregation: str = "ps", workers: tuple[int, ...] = (),
-                  servers: tuple[int, ...] = ()) -> str:
+                  servers: tuple[int, ...] = (), point_timeout: float = POINT_TIMEOUT_S) -> str:
     """Run the grid, write ``out_json`` and append the markdown section to ``docs``; return
     the section. While it runs, the points so far are in ``NAME.partial.json`` beside
-    ``out_json``."""
+    ``out_json``; an interrupt (SIGINT, SIGTERM) leaves them there and raises
+    :class:`~dba3c.errors.Interrupted` saying how many and where."""
     from dba3c.launchers.bench import _command_line, _record
+
+    partial_json = out_json.with_suffix(".partial.json")
+    kept: list[dict] = []
 
     def partial(results: dict) -> None:  # a grid cut short keeps the points it measured
         out_json.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(out_json.with_suffix(".partial.json"),
-                     (json.dumps(results, indent=1) + "\n").encode())
+        write_atomic(partial_json, (json.dumps(results, indent=1) + "\n").encode())
+        kept[:] = results["points"]
 
-    results = run_scale(config, overrides, quick, compute_ms, time_scale, aggregation,
-                        workers, servers, partial=partial)
-    out_json.with_suffix(".partial.json").unlink(missing_ok=True)
+    try:
+        results = run_scale(config, overrides, quick, compute_ms, time_scale, aggregation,
+                            workers, servers, point_timeout, partial=partial)
+    except Interrupted as e:
+        where = partial_json if kept else "nowhere (none was measured)"
+        raise Interrupted(e.signum, f"{len(kept)} points measured kept in {where}") from None
+    partial_json.unlink(missing_ok=True)
     options = (" --scale" + (" --quick" if quick else "")
                + (f" --compute-ms {compute_ms:g}" if compute_ms else "")
                + f" --time-scale {time_scale:g}"
                + (" --aggregation collective" if aggregation == "collective" else "")
                + (f" --workers {','.join(map(str, workers))}" if workers else "")
-               + (f" --ps {','.join(map(str, servers))}" if servers else ""))
+               + (f" --ps {','.join(map(str, servers))}" if servers else "")
+               + (f" --point-timeout {point_timeout:g}"
+                  if point_timeout != POINT_TIMEOUT_S else ""))
     table = scale_table(results, _command_line(options, config, overrides))
     _record(results, table, out_json, docs)
     return table

@@ -1,0 +1,114 @@
+"""Many runs in one MPI job: ``python -m dba3c.launchers.scalejob JOB.json`` on every rank.
+
+``dba3c bench --scale`` measures dozens of short synthetic runs; started one ``mpiexec`` each,
+a 64-worker run spends 40-190 s starting (hydra, imports, a simulator, TCP connections). Here
+one job of as many ranks as its largest run plays them in turn, paying that once:
+
+- run i of n ranks plays on world ranks 0..n-1 through a
+  :class:`~dba3c.transport.TransportView` (same COMM_WORLD, point to point only, its own
+  tags); the other ranks sit it out (a collective run's one ``Comm_split`` of COMM_WORLD
+  needs them too: :func:`~dba3c.dist.collective.sit_out_collective_run`);
+- between runs every rank of the world meets in :meth:`MpiTransport.barrier`, which sleeps
+  (``IDLE_POLL_S``) while it waits;
+- everything in a run is the real code (:func:`dba3c.dist.run.play_rank`): roles, chief,
+  parameter servers, Adam, metrics, the stall watchdog; a failing rank aborts the whole job;
+- rank 0 writes ``dba3c-scalejob start I`` and ``dba3c-scalejob end I`` lines on stdout
+  (:func:`job_event` parses them), so the driver knows which run is going.
+
+The observation space a run's network needs is opened once per process and env id
+(``dba3c.envs.env_spaces`` caches it). This module owns the JOB.json format
+(:func:`write_job`, :func:`read_job`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from dba3c.config import load_config
+from dba3c.errors import UserError
+
+EVENT_PREFIX = "dba3c-scalejob"
+IDLE_POLL_S = 0.05  # between runs: ranks that sit a run out poll the barrier this often
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """One run of a job: ``dba3c train CONFIG OVERRIDES`` on the first ``ranks`` ranks."""
+
+    config: str
+    overrides: tuple[str, ...]
+    ranks: int
+
+
+def write_job(path: Path, runs: list[JobRun]) -> None:
+    """Write the runs of a job to ``path`` (JSON)."""
+    path.write_text(json.dumps({"runs": [asdict(r) for r in runs]}, indent=1) + "\n")
+
+
+def read_job(path: Path) -> list[JobRun]:
+    """The runs written by :func:`write_job`."""
+    return [JobRun(r["config"], tuple(r["overrides"]), r["ranks"])
+            for r in json.loads(path.read_text())["runs"]]
+
+
+def event_line(kind: str, index: int) -> str:
+    """Rank 0's line when run ``index`` starts (``kind`` start) or ends (end)."""
+    return f"{EVENT_PREFIX} {kind} {index}\n"
+
+
+def job_event(line: str) -> tuple[str, int] | None:
+    """(start or end, run index) of a line of :func:`event_line`; None for any other line."""
+    words = line.split()
+    if len(words) == 3 and words[0] == EVENT_PREFIX and words[1] in ("start", "end") \
+            and words[2].isdigit():
+        return words[1], int(words[2])
+    return None
+
+
+def run_job(runs: list[JobRun]) -> int:
+    """Play every run in turn on this rank of the MPI job (see the module docstring)."""
+    from dba3c.dist.collective import sit_out_collective_run
+    from dba3c.dist.run import ignore_polite_signals, play_rank, rank_spec
+    from dba3c.transport import MpiTransport, TransportView
+
+    configs = [load_config(r.config, list(r.overrides)) for r in runs]
+    world = MpiTransport(configs[0].dist.collective_algorithm)
+    if world.rank != 0:
+        ignore_polite_signals()
+    for index, (run, cfg) in enumerate(zip(runs, configs, strict=True)):
+        if world.rank == 0:
+            sys.stdout.write(event_line("start", index))
+            sys.stdout.flush()
+        if world.rank < run.ranks:
+            view = TransportView(world, run.ranks, index)
+            try:
+                spec = rank_spec(view, cfg)
+            except UserError as e:  # every rank of the run finds it; rank 0 ends the job
+                if world.rank == 0:
+                    print(f"error: run {index}: {e}", file=sys.stderr, flush=True)
+                    world.abort(2)
+            else:
+                play_rank(view, cfg, spec)
+        elif cfg.dist.aggregation == "collective":
+            sit_out_collective_run(world)
+        world.barrier(IDLE_POLL_S)
+        if world.rank == 0:
+            sys.stdout.write(event_line("end", index))
+            sys.stdout.flush()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """``python -m dba3c.launchers.scalejob JOB.json`` (under mpiexec)."""
+    if len(argv) != 1:
+        print("usage: python -m dba3c.launchers.scalejob JOB.json (under mpiexec)",
+              file=sys.stderr)
+        return 2
+    return run_job(read_job(Path(argv[0])))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
