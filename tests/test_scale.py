@@ -17,12 +17,14 @@ import pytest
 from dba3c.errors import UserError
 from dba3c.launchers.emulated import emulation_problem, link_rate
 from dba3c.launchers.scale import (
+    HOST_BUDGET,
     ScalePoint,
     busy_fraction,
     collective_grid,
     collective_rounds,
     comm_seconds,
     cpu_times,
+    grid_time_scales,
     host_seconds,
     logged_steps,
     model_step_seconds,
@@ -71,6 +73,30 @@ def test_fewer_steps_at_large_w_and_a_slower_clock_for_fast_links():
     assert link_rate(10, 3) == "3333mbit"
     with pytest.raises(ValueError, match="below 1 Mbit/s"):
         link_rate(0.001, 10)
+
+
+def test_the_clock_slows_per_w_and_link_until_the_host_moves_at_most_its_budget():
+    n, tc = 322_695, 0.0128  # the paper network at FC 128
+    wire = 4 * n * 1514 / 1448  # one vector with TCP/IP headers
+    grid = [ScalePoint(4, 1), ScalePoint(64, 1), ScalePoint(64, 8),
+            ScalePoint(64, 1, link_gbit=100)]
+    scales = grid_time_scales(grid, 10, lambda point: n, tc)
+    # W = 4, P = 1 at s = 10: 8 vectors in a step of tc + 2 x 4 vectors / 1.25 GB/s
+    assert 8 * wire / ((tc + 8 * wire / 1.25e9) * 10) < HOST_BUDGET and scales[0] == 10
+    # W = 64, P = 8 needs k = 4 (128 vectors per 30.1 ms step at s = 10 is 3.8 budgets),
+    # and W = 64, P = 1 (151 ms) shares it
+    step_p8 = tc + 2 * 64 * wire / 8 / 1.25e9 + 10e-9 * n / 8 / 10
+    assert 3 < 128 * wire / (step_p8 * 10) / HOST_BUDGET <= 4
+    assert scales[1:3] == [40, 40]
+    # 100 Gb/s: s = 50, and W = 64 at P = 1 (26.7 ms) moves 0.86 budgets there
+    step_fast = tc + 2 * 64 * wire / 12.5e9 + 10e-9 * n / 50
+    assert 128 * wire / (step_fast * 50) < HOST_BUDGET and scales[3] == 50
+    # collective W = 64: 126 vectors per step of tc + 2 x 63/64 vectors / 1.25 GB/s + 12
+    # rounds of 70 us (15.8 ms) is 7.2 budgets at s = 10
+    collective = ScalePoint(64, 0, aggregation="collective")
+    step_c = tc + 2 * 63 / 64 * wire / 1.25e9 + 12 * 70e-6 + 10e-9 * n / 64 / 10
+    assert 7 < 126 * wire / (step_c * 10) / HOST_BUDGET <= 8
+    assert grid_time_scales([collective], 10, lambda point: n, tc) == [80]
 
 
 def test_model_step_time_adds_both_ways_of_the_ps_link_to_the_slowest_waited_compute():

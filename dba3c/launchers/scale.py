@@ -72,6 +72,10 @@ ADAM_S_PER_PARAM = 10e-9  # docs/benchmarks.md: Adam on N/P floats takes N/P x 1
 # (docs/benchmarks.md, 2026-11-23). A real network adds its own latency per round.
 COLLECTIVE_ROUND_S = 70e-6
 SCALE_JSON = "scale.json"  # dba3c bench --scale's results, beside bench/results.json
+# Bytes per second of the steps' traffic the emulating host moves without saturating: on 2
+# cores (2026-11-24, W = 64, 72 namespaces) 133-190 MB/s kept them 66-91% busy and the steps
+# within 7% of the model; 297 MB/s saturated them (step 55.6 ms, model 30.1)
+HOST_BUDGET = 150e6
 STALL_TIMEOUT_S = 60.0  # a point whose steps stop ends after this, not after the default 300 s
 # --point-timeout's default: a point still running after this is ended (steps that crawl at
 # 50 s each never trip the stall watchdog; one ran for 8 minutes)
@@ -156,6 +160,35 @@ def point_time_scale(point: ScalePoint, time_scale: float) -> float:
     return time_scale * LINK_TIME_SCALE[point.link_gbit]
 
 
+def step_bytes(point: ScalePoint, num_params: int) -> float:
+    """The bytes one step moves over all links, TCP/IP headers included (ps: a gradient in
+    and a parameter vector out per worker; collective: 2 (W - 1) vectors over all nodes)."""
+    vectors = (2 * (point.workers - 1) if point.aggregation == "collective"
+               else 2 * point.workers)
+    return vectors * 4 * num_params * WIRE_PER_PAYLOAD
+
+
+def grid_time_scales(grid: list[ScalePoint], time_scale: float,
+                     num_params: Callable[[ScalePoint], int], compute_s: float) -> list[float]:
+    """The time scale s of every point of ``grid``: :func:`point_time_scale`, multiplied by
+    the smallest whole k for which no point with the same W and link rate moves more than
+    ``HOST_BUDGET`` bytes per second through the emulating host at the analytic model's
+    step time (its steps' bytes / (model step x s)). One s per W and link rate, so that
+    such points share the links' shape; the large points get the slower clock they need
+    (at s = 10, 64 workers x 8 PS saturated two cores and stepped 85% over the model)."""
+    def needed(point: ScalePoint) -> int:
+        s = point_time_scale(point, time_scale)
+        step_s = model_step_seconds(point, num_params(point), compute_s, s)
+        return max(1, math.ceil(step_bytes(point, num_params(point))
+                                / (HOST_BUDGET * step_s * s)))
+
+    k: dict[tuple[int, int], int] = {}
+    for point in grid:
+        key = (point.link_gbit, point.workers)
+        k[key] = max(k.get(key, 1), needed(point))
+    return [point_time_scale(p, time_scale) * k[(p.link_gbit, p.workers)] for p in grid]
+
+
 def model_step_seconds(point: ScalePoint, num_params: int, compute_s: float,
                        time_scale: float, host_bytes_per_s: float | None = None,
                        algorithm: str = DistConfig.collective_algorithm) -> float:
@@ -208,9 +241,7 @@ def host_seconds(point: ScalePoint, num_params: int, host_bytes_per_s: float,
     headers included) goes through its TCP stack and MPI on its few cores at
     ``host_bytes_per_s``, in real time, so divided by the time scale. A real cluster spreads
     that work over its nodes."""
-    vectors = (2 * (point.workers - 1) if point.aggregation == "collective"
-               else 2 * point.workers)
-    return vectors * 4 * num_params * WIRE_PER_PAYLOAD / host_bytes_per_s / time_scale
+    return step_bytes(point, num_params) / host_bytes_per_s / time_scale
 
 
 def steady_step_seconds(metrics: list[dict], warmup: int) -> float:
