@@ -363,7 +363,7 @@ def num_shards_error(num_ps: int, num_params: int) -> str | None:
             f"(every parameter server needs a non-empty shard)")
 
 
-def _num_params(cfg: Config) -> int:
+def num_params_of(cfg: Config) -> int:
     """The parameter count of the configured network (no TensorFlow: the pure layout)."""
     from dba3c.envs import env_spaces
     from dba3c.models import make_net_spec
@@ -385,7 +385,7 @@ def _cross_field_errors(cfg: Config) -> list[str]:
         errors.append(f"model.kind={cfg.model.kind!r} needs an Atari env; env.id="
                       f"{cfg.env.id!r} has vector observations (use mlp)")
     elif cfg.dist.ps > 1:  # one shard always fits; counting opens a simulator briefly
-        problem = num_shards_error(cfg.dist.ps, _num_params(cfg))
+        problem = num_shards_error(cfg.dist.ps, num_params_of(cfg))
         errors += [problem] if problem else []
     if not atari:
         errors += [f"{key}={value!r} applies to ALE games only, not env.id={cfg.env.id!r}"

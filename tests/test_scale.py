@@ -410,21 +410,24 @@ def test_scale_command_writes_every_point_to_json_and_appends_the_table(tmp_path
     assert "assumed" in results["compute_ms_source"]
     assert docs.read_text() == "# Benchmarks\n\n" + table
     assert "Command: `dba3c bench --scale --quick --time-scale 10`" in table
-    assert table.count("\n| 10 | 10 | 16 | 4 |") == 6  # FC 128, 32, 512, and 3 backup rows
+    # W = 16 runs at s = 30: its FC 512 point moves 2.1 budgets of the host at s = 10
+    assert table.count("\n| 10 | 30 | 16 | 4 |") == 6  # FC 128, 32, 512, and 3 backup rows
     assert "| 100 | 50 | 16 | 4 | 128 | all | none | failed |" in table
     assert "| 10 | 10 | 4 | 1 | 128 | all | none | failed |" in table
     assert results["points"][-1]["error"] == "rank 7 exited 1"
-    # one job per link rate; the 10 Gb/s job stopped at its third point, the rest relaunched
-    assert [c[1] for c in calls if c[0] == "job"] == [11, 8, 2]
-    # one cluster of 20 nodes (16 workers + 4 PS), links reshaped once, stopped at the end
+    # one job per link rate and time scale; the first stopped at its third point, the rest
+    # relaunched
+    assert [c[1] for c in calls if c[0] == "job"] == [4, 1, 7, 2]
+    # one cluster of 20 nodes (16 workers + 4 PS), links reshaped per job, stopped at the end
     assert calls[0] == ("start", 20, "1000mbit") and calls[-1] == ("stop",)
-    assert [c for c in calls if c[0] == "reshape"] == [("reshape", "2000mbit")]
+    assert [c for c in calls if c[0] == "reshape"] == [("reshape", "333mbit"),
+                                                         ("reshape", "2000mbit")]
     assert [c[1] for c in calls if c[0] == "partial"] == list(range(1, 13))
     assert not (tmp_path / "scale.partial.json").exists()
     runs = [c for c in calls if c[0] == "run"]
     assert len(runs) == 13 and all(c[4:] == (["-hosts", "node1"], 1.5e9, 300.0) for c in runs)
     assert results["host_bytes_per_s"] == 1.5e9
-    assert [c[3] for c in runs] == [10] * 11 + [50] * 2
+    assert [c[3] for c in runs] == [10] * 4 + [30] * 7 + [50] * 2
 
 
 def test_a_timed_out_point_says_how_far_it_got():

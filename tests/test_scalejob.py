@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,9 @@ def test_consecutive_points_of_one_link_rate_make_one_job():
     assert job_groups(plans) == [plans[:2], plans[2:4], plans[4:]]
     assert job_groups([]) == []
     assert job_groups(plans[:1]) == [plans[:1]]
+    # the same link at another time scale is another shaped rate: another job
+    slower = [plans[0], replace(plans[1], time_scale=20.0), plans[4]]
+    assert job_groups(slower) == [[slower[0]], [slower[1]], [slower[2]]]
 
 
 def test_a_job_that_stops_in_a_point_leaves_the_points_after_it_to_the_next():

@@ -39,7 +39,7 @@ from pathlib import Path
 from statistics import median
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
-from dba3c.config import Config, DistConfig, load_config
+from dba3c.config import Config, DistConfig, load_config, num_params_of
 from dba3c.errors import Interrupted, UserError
 from dba3c.launchers.emulated import EmulatedCluster, link_rate, require_emulation
 from dba3c.launchers.proctree import EXITED, INTERRUPTED, TIMED_OUT, Interrupt, ProcessTree
@@ -334,13 +334,10 @@ def point_result(plan: PointPlan, cfg: Config, metrics: list[dict],
     """What a point measured (its ``metrics`` records, CPU ``samples``, peak RSS by rank)
     beside the analytic model's step time (with ``host_bytes_per_s`` also the model with the
     emulating host's cores as a limit, :func:`host_seconds`)."""
-    from dba3c.envs import env_spaces
-    from dba3c.models import make_net_spec
-
     point, s = plan.point, plan.time_scale
     step_s = steady_step_seconds(metrics, plan.warmup) / s
     replicas = point.replicas or point.workers
-    num_params = make_net_spec(cfg.model, *env_spaces(cfg)).layout().num_params
+    num_params = num_params_of(cfg)
     algorithm = cfg.dist.collective_algorithm
     model_s = model_step_seconds(point, num_params, compute_ms / 1000, s, algorithm=algorithm)
     emulated_s = model_step_seconds(point, num_params, compute_ms / 1000, s, host_bytes_per_s,
@@ -361,11 +358,14 @@ def failed_point(plan: PointPlan, error: str) -> dict:
 
 
 def job_groups(plans: list[PointPlan]) -> list[list[PointPlan]]:
-    """The MPI jobs of a grid: runs of consecutive points with the same link rate (the
-    emulated cluster is reshaped only between jobs)."""
+    """The MPI jobs of a grid: runs of consecutive points with the same link rate and time
+    scale, so the same shaped rate (the emulated cluster is reshaped only between jobs)."""
+    def shape(plan: PointPlan) -> tuple[int, float]:
+        return plan.point.link_gbit, plan.time_scale
+
     groups: list[list[PointPlan]] = []
     for plan in plans:
-        if groups and groups[-1][-1].point.link_gbit == plan.point.link_gbit:
+        if groups and shape(groups[-1][-1]) == shape(plan):
             groups[-1].append(plan)
         else:
             groups.append([plan])
@@ -564,6 +564,14 @@ def num_nodes(config: str, overrides: list[str], grid: list[ScalePoint]) -> int:
                for p in grid)
 
 
+def grid_num_params(config: str, overrides: list[str],
+                    grid: list[ScalePoint]) -> Callable[[ScalePoint], int]:
+    """The network's parameter count at each point of ``grid`` (it depends on FC only)."""
+    counts = {p.hidden: num_params_of(load_config(config, [*overrides, *p.overrides()]))
+              for p in {p.hidden: p for p in grid}.values()}
+    return lambda point: counts[point.hidden]
+
+
 def point_label(point: ScalePoint) -> str:
     """W, P, FC, backups, stragglers and link of a point, for progress lines."""
     extra = (f" R={point.replicas}" if point.replicas else "") + (
@@ -620,7 +628,10 @@ def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float 
                         "links at rate / s both ways, MPI over TCP",
                "points": []}
     nodes, t0 = num_nodes(config, overrides, grid), time.monotonic()
-    first_rate = link_rate(grid[0].link_gbit, point_time_scale(grid[0], time_scale))
+    scales = grid_time_scales(grid, time_scale, grid_num_params(config, overrides, grid),
+                              compute_ms / 1000)
+    plans = [PointPlan(p, s, *steps_for(p, quick)) for p, s in zip(grid, scales, strict=True)]
+    first_rate = link_rate(grid[0].link_gbit, plans[0].time_scale)
     progress(f"bench --scale: starting the emulated cluster ({nodes} nodes, links "
              f"{first_rate}); T_c = {compute_ms:.1f} ms ({results['compute_ms_source']})")
     with Interrupt() as interrupt, EmulatedCluster(nodes, first_rate) as emulated:
@@ -644,8 +655,6 @@ def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float 
                      f"[{time.monotonic() - t0:.0f} s] {point_label(plan.point)}, "
                      f"s={plan.time_scale:g} ({emulated.rate}): {done}")
 
-        plans = [PointPlan(p, point_time_scale(p, time_scale), *steps_for(p, quick))
-                 for p in grid]
         for group in job_groups(plans):
             rate = link_rate(group[0].point.link_gbit, group[0].time_scale)
             if rate != emulated.rate:
