@@ -99,7 +99,7 @@ def test_the_clock_slows_per_w_and_link_until_the_host_moves_at_most_its_budget(
     assert grid_time_scales([collective], 10, lambda point: n, tc) == [80]
 
 
-def test_model_step_time_adds_both_ways_of_the_ps_link_to_the_slowest_waited_compute():
+def test_model_step_time_adds_both_ways_of_the_ps_link_and_hides_stragglers_behind_it():
     n, tc = 322_695, 0.0128  # the paper network at FC 128
     wire = 4 * n * 1514 / 1448  # one vector with TCP/IP headers
     # W = 64, P = 4 over 10 Gb/s: 2 x 64 x M/4 through 1.25e9 B/s, Adam on n/4 floats / s
@@ -110,14 +110,26 @@ def test_model_step_time_adds_both_ways_of_the_ps_link_to_the_slowest_waited_com
     # one worker, 8 servers: its own link carries the whole vector each way
     assert model_step_seconds(ScalePoint(1, 8, link_gbit=100), n, tc, 50) == pytest.approx(
         tc + 2 * wire / 12.5e9 + n / 8 * 10e-9 / 50)
-    # a straggler is waited for unless backup workers leave it out
-    slow = ScalePoint(64, 4, slow_workers=4, slow_factor=2.0)
-    backup = ScalePoint(64, 4, replicas=60, slow_workers=4, slow_factor=2.0)
-    too_many = ScalePoint(64, 4, replicas=60, slow_workers=5, slow_factor=2.0)
+    # W = 64, P = 4: a shard takes x = 0.27 ms through a PS link, a vector y = 1.08 ms
+    x, y, adam = wire / 4 / 1.25e9, wire / 1.25e9, n / 4 * 10e-9 / 10
     base = model_step_seconds(ScalePoint(64, 4), n, tc, 10)
-    assert model_step_seconds(slow, n, tc, 10) == pytest.approx(base + tc)
-    assert model_step_seconds(backup, n, tc, 10) == pytest.approx(base)
-    assert model_step_seconds(too_many, n, tc, 10) == pytest.approx(base + tc)
+    # backup workers: the PS links take 60 gradient shards, then send 64 parameter shards
+    backup = ScalePoint(64, 4, replicas=60)
+    assert model_step_seconds(backup, n, tc, 10) == pytest.approx(tc + 124 * x + adam)
+    # 4 stragglers at 2 x T_c come in at 25.6 ms, while the links still take the other 60
+    # gradients (until 12.8 + 16.2 = 29.0 ms): the stragglers cost only the link time
+    slow = ScalePoint(64, 4, slow_workers=4, slow_factor=2.0)
+    assert tc + 60 * x > 2 * tc + y
+    assert model_step_seconds(slow, n, tc, 10) == pytest.approx(base)
+    # at 4 x T_c (51.2 ms) they come in after the link went idle: 51.2 + 1.08 + 64 x
+    slower = ScalePoint(64, 4, slow_workers=4, slow_factor=4.0)
+    assert model_step_seconds(slower, n, tc, 10) == pytest.approx(4 * tc + y + 64 * x + adam)
+    # backup workers leave 4 of them out; a 5th is waited for (59 on time + 1 late)
+    left_out = ScalePoint(64, 4, replicas=60, slow_workers=4, slow_factor=4.0)
+    assert model_step_seconds(left_out, n, tc, 10) == pytest.approx(
+        model_step_seconds(backup, n, tc, 10))
+    one_late = ScalePoint(64, 4, replicas=60, slow_workers=5, slow_factor=4.0)
+    assert model_step_seconds(one_late, n, tc, 10) == pytest.approx(4 * tc + y + 64 * x + adam)
     # the emulating host's cores: 2 x 64 vectors through 1.2 GB/s of this host, / s = 10
     assert host_seconds(ScalePoint(64, 4), n, 1.2e9, 10) == pytest.approx(
         2 * 64 * wire / 1.2e9 / 10)

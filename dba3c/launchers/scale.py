@@ -193,23 +193,44 @@ def model_step_seconds(point: ScalePoint, num_params: int, compute_s: float,
                        time_scale: float, host_bytes_per_s: float | None = None,
                        algorithm: str = DistConfig.collective_algorithm) -> float:
     """The analytic step time of docs/benchmarks.md for a point (seconds, unscaled): the
-    compute time (x ``slow_factor`` when a straggler is among the gradients a step waits
-    for), then the transfers (:func:`comm_seconds`), plus Adam on N/P floats (N/W with
+    compute time, then the transfers (:func:`comm_seconds`), plus Adam on N/P floats (N/W with
     collective aggregation), which runs in real time and so shrinks by the time scale in an
-    emulated measurement; with collective aggregation also the collectives' message rounds
-    (:func:`collective_rounds` of ``algorithm`` x ``COLLECTIVE_ROUND_S``). With
+    emulated measurement. Stragglers among the gradients a step waits for: with collective
+    aggregation every rank waits for the slowest compute (x ``slow_factor``), then the
+    collectives' message rounds follow (:func:`collective_rounds` of ``algorithm`` x
+    ``COLLECTIVE_ROUND_S``); in ps mode they add :func:`straggler_seconds`. With
     ``host_bytes_per_s`` the transfers take at least :func:`host_seconds` (the emulating
     host's cores as the limit)."""
-    waited = point.replicas or point.workers
-    slowest = point.slow_factor if point.slow_workers > point.workers - waited else 1.0
     comm = comm_seconds(point, num_params)
     if host_bytes_per_s:
         comm = max(comm, host_seconds(point, num_params, host_bytes_per_s, time_scale))
-    shards = point.workers if point.aggregation == "collective" else point.ps
-    rounds = (collective_rounds(point.workers, algorithm)
-              if point.aggregation == "collective" else 0)
-    return (compute_s * slowest + comm + rounds * COLLECTIVE_ROUND_S
-            + ADAM_S_PER_PARAM * num_params / shards / time_scale)
+    if point.aggregation == "collective":
+        slowest = point.slow_factor if point.slow_workers else 1.0
+        exchange = (compute_s * slowest + comm
+                    + collective_rounds(point.workers, algorithm) * COLLECTIVE_ROUND_S)
+        shards = point.workers
+    else:
+        exchange = compute_s + comm + straggler_seconds(point, num_params, compute_s)
+        shards = point.ps
+    return exchange + ADAM_S_PER_PARAM * num_params / shards / time_scale
+
+
+def straggler_seconds(point: ScalePoint, num_params: int, compute_s: float) -> float:
+    """ps mode: how much later the parameter servers' links have taken the gradients a
+    step waits for when stragglers (``slow_factor`` x T_c) are among them. The others'
+    gradients come in from T_c; a straggler's comes at ``slow_factor`` x T_c and waits
+    behind them while the link is still busy, so the link's busy time hides that much of
+    the straggler's extra compute. Backup workers (R of W) leave out up to W - R of them."""
+    waited = point.replicas or point.workers
+    num_slow = max(0, point.slow_workers - (point.workers - waited))
+    if not num_slow:
+        return 0.0
+    shard, vector = link_seconds(point, num_params)
+    on_time = compute_s + max(waited * shard, vector)
+    others_in = compute_s + max((waited - num_slow) * shard, vector)
+    late = max(others_in + num_slow * shard,
+               compute_s * point.slow_factor + max(num_slow * shard, vector))
+    return late - on_time
 
 
 def collective_rounds(workers: int, algorithm: str) -> int:
@@ -221,17 +242,25 @@ def collective_rounds(workers: int, algorithm: str) -> int:
     return 2 * (math.ceil(math.log2(workers)) if algorithm == "recursive" else workers - 1)
 
 
+def link_seconds(point: ScalePoint, num_params: int) -> tuple[float, float]:
+    """(one parameter server's shard, a whole vector) through one link of ``link_gbit``: the
+    vector's M bytes with TCP/IP headers, a shard M / P of them."""
+    vector = 4 * num_params * WIRE_PER_PAYLOAD / (point.link_gbit * 1e9 / 8)
+    return vector / max(point.ps, 1), vector
+
+
 def comm_seconds(point: ScalePoint, num_params: int) -> float:
-    """A step's transfer time over links of ``link_gbit`` (M = the vector's bytes with TCP/IP
-    headers). ps: each PS link carries W gradient shards in and W parameter shards out one
-    after the other (2 W M / P; never less than 2 M through a worker's link). collective:
-    the ring reduce-scatter and allgather each move (W - 1)/W M through every node's link,
-    whatever W (MPI's own algorithms for these sizes move the same bytes per node)."""
-    vector = 4 * num_params * WIRE_PER_PAYLOAD
-    link = point.link_gbit * 1e9 / 8
+    """A step's transfer time when every worker computes T_c. ps: each PS link takes the R
+    gradient shards a step waits for (R = W without backup workers), then sends W parameter
+    shards, one after the other; neither direction takes less than a whole vector through a
+    worker's own link. collective: the ring reduce-scatter and allgather each move
+    (W - 1)/W M through every node's link, whatever W (MPI's own algorithms for these sizes
+    move the same bytes per node)."""
+    shard, vector = link_seconds(point, num_params)
     if point.aggregation == "collective":
-        return 2 * (point.workers - 1) / point.workers * vector / link
-    return 2 * max(point.workers * vector / point.ps, vector) / link
+        return 2 * (point.workers - 1) / point.workers * vector
+    waited = point.replicas or point.workers
+    return max(waited * shard, vector) + max(point.workers * shard, vector)
 
 
 def host_seconds(point: ScalePoint, num_params: int, host_bytes_per_s: float,
