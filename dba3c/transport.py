@@ -153,6 +153,15 @@ class MpiTransport:
         comm = self._comm.Split(0 if member else self._mpi.UNDEFINED, self.rank)
         return MpiCollectives(comm) if member else None
 
+    def cancel_receives(self) -> None:
+        """Cancel every receive still posted (a run's standing receives), releasing their
+        buffers."""
+        for request in self._recvs:
+            if request and not request.Test():
+                request.Cancel()
+                request.Wait()
+        self._recvs = []
+
     def barrier(self, max_sleep_s: float = 0.0005) -> None:
         """The end of the run: cancel standing receives, then a barrier through rank 0 with
         synchronous sends (every rank sends rank 0 a token; once it has all of them, rank 0
@@ -164,10 +173,7 @@ class MpiTransport:
         Ibarrier, over TCP between 68 emulated nodes (``dba3c bench --scale``, 64 workers),
         took 30-60 s where it connected ranks that had never talked, and in 2 of 3 runs left
         8-12 ranks waiting for good after the others had exited."""
-        for request in self._recvs:
-            if request and not request.Test():
-                request.Cancel()
-                request.Wait()
+        self.cancel_receives()
         MPI, comm, token = self._mpi, self._comm, np.zeros(1, np.int8)
         if self.rank == 0:
             tokens = np.zeros(self.size, np.int8)
