@@ -65,15 +65,23 @@ def checkpoint_path(directory: Path, step: int) -> Path:
     return Path(directory) / f"step-{step:010d}.ckpt"
 
 
-def encode(ckpt: Checkpoint) -> bytes:
-    """The checkpoint file's bytes."""
+def encode_parts(ckpt: Checkpoint) -> tuple[bytes, memoryview]:
+    """The checkpoint file as (header, payload): the magic line and the payload's SHA-256,
+    then the npz archive, which is not copied again (a chief writing a large network's
+    checkpoint would otherwise hold several copies of theta, m and v at once)."""
     buf = io.BytesIO()
-    np.savez(buf, theta=ckpt.theta.astype(np.float32), adam_m=ckpt.adam_m.astype(np.float32),
-             adam_v=ckpt.adam_v.astype(np.float32),
+    np.savez(buf, theta=np.asarray(ckpt.theta, np.float32),
+             adam_m=np.asarray(ckpt.adam_m, np.float32),
+             adam_v=np.asarray(ckpt.adam_v, np.float32),
              counters=np.array([ckpt.step, ckpt.adam_count], np.int64),
              meta=np.frombuffer(json.dumps(ckpt.meta).encode(), np.uint8))
-    payload = buf.getvalue()
-    return MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+    payload = buf.getbuffer()
+    return MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n", payload
+
+
+def encode(ckpt: Checkpoint) -> bytes:
+    """The checkpoint file's bytes."""
+    return b"".join(encode_parts(ckpt))
 
 
 def decode(data: bytes, source: str) -> Checkpoint:
@@ -99,7 +107,7 @@ def save(directory: Path, ckpt: Checkpoint, keep: int) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = checkpoint_path(directory, ckpt.step)
-    write_atomic(path, encode(ckpt))
+    write_atomic(path, *encode_parts(ckpt))
     for old in list_checkpoints(directory)[keep:]:
         old.unlink(missing_ok=True)
     remove_stale_temporaries(directory, "step-*.ckpt")  # left by a process killed mid-write

@@ -262,15 +262,17 @@ def _json_default(x: object) -> str | None:
 # ---- atomic files -------------------------------------------------------------------------
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the whole new one: a
-    temporary file in the same directory, fsynced, renamed over ``path``, directory fsynced.
-    A failure (e.g. a full disk) leaves the old file and no temporary file."""
+def write_atomic(path: Path, *chunks: bytes | memoryview) -> None:
+    """Write ``chunks`` one after the other to ``path`` so that readers see the old file or
+    the whole new one: a temporary file in the same directory, fsynced, renamed over
+    ``path``, directory fsynced. A failure (e.g. a full disk) leaves the old file and no
+    temporary file."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            for chunk in chunks:
+                f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

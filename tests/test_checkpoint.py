@@ -314,3 +314,22 @@ def test_sigkill_at_any_moment_of_saving_leaves_a_loadable_checkpoint(tmp_path, 
         latest.step + 1, np.zeros(3, np.float32), np.zeros(3, np.float32),
         np.zeros(3, np.float32), 0, {}), keep=2)
     assert not [p.name for p in directory.iterdir() if p.name.startswith(".")]
+
+
+def test_saving_holds_at_most_about_one_extra_copy_of_the_state(tmp_path):
+    """A chief saving a large network's checkpoint must not hold several copies of theta, m
+    and v at once: the npz payload is written as it is, not converted, joined or copied."""
+    import tracemalloc
+
+    n = 1_000_000  # 4 MB per vector
+    ckpt = Checkpoint(step=5, theta=np.ones(n, np.float32), adam_m=np.ones(n, np.float32),
+                      adam_v=np.ones(n, np.float32), adam_count=5, meta={})
+    tracemalloc.start()
+    try:
+        checkpoint.save(tmp_path, ckpt, keep=1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # the npz buffer (3 vectors, plus its growth) and no more: 7.2 vectors before
+    assert peak < 5 * 4 * n, peak / (4 * n)
+    assert checkpoint.load_latest(tmp_path).theta.tolist() == ckpt.theta.tolist()

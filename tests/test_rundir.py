@@ -187,6 +187,10 @@ def test_write_atomic_leaves_only_the_target(tmp_path):
     target = tmp_path / "summary.json"
     write_atomic(target, b"first")
     write_atomic(target, b"second")
+    assert target.read_bytes() == b"second"
+    write_atomic(target, b"sec", memoryview(b"ond"), b"!")  # chunks one after the other
+    assert target.read_bytes() == b"second!"
+    write_atomic(target, b"second")
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
     assert target.read_bytes() == b"second"
 
