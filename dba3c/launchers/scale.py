@@ -160,12 +160,17 @@ def point_time_scale(point: ScalePoint, time_scale: float) -> float:
     return time_scale * LINK_TIME_SCALE[point.link_gbit]
 
 
+def wire_bytes(num_params: int) -> float:
+    """The bytes of one float32 vector of ``num_params`` on a link, TCP/IP headers included."""
+    return 4 * num_params * WIRE_PER_PAYLOAD
+
+
 def step_bytes(point: ScalePoint, num_params: int) -> float:
     """The bytes one step moves over all links, TCP/IP headers included (ps: a gradient in
     and a parameter vector out per worker; collective: 2 (W - 1) vectors over all nodes)."""
     vectors = (2 * (point.workers - 1) if point.aggregation == "collective"
                else 2 * point.workers)
-    return vectors * 4 * num_params * WIRE_PER_PAYLOAD
+    return vectors * wire_bytes(num_params)
 
 
 def grid_time_scales(grid: list[ScalePoint], time_scale: float,
@@ -177,10 +182,9 @@ def grid_time_scales(grid: list[ScalePoint], time_scale: float,
     such points share the links' shape; the large points get the slower clock they need
     (at s = 10, 64 workers x 8 PS saturated two cores and stepped 85% over the model)."""
     def needed(point: ScalePoint) -> int:
-        s = point_time_scale(point, time_scale)
-        step_s = model_step_seconds(point, num_params(point), compute_s, s)
-        return max(1, math.ceil(step_bytes(point, num_params(point))
-                                / (HOST_BUDGET * step_s * s)))
+        s, n = point_time_scale(point, time_scale), num_params(point)
+        step_s = model_step_seconds(point, n, compute_s, s)
+        return max(1, math.ceil(step_bytes(point, n) / (HOST_BUDGET * step_s * s)))
 
     k: dict[tuple[int, int], int] = {}
     for point in grid:
@@ -245,7 +249,7 @@ def collective_rounds(workers: int, algorithm: str) -> int:
 def link_seconds(point: ScalePoint, num_params: int) -> tuple[float, float]:
     """(one parameter server's shard, a whole vector) through one link of ``link_gbit``: the
     vector's M bytes with TCP/IP headers, a shard M / P of them."""
-    vector = 4 * num_params * WIRE_PER_PAYLOAD / (point.link_gbit * 1e9 / 8)
+    vector = wire_bytes(num_params) / (point.link_gbit * 1e9 / 8)
     return vector / max(point.ps, 1), vector
 
 
