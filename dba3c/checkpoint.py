@@ -2,7 +2,7 @@
 
 A checkpoint file is ``MAGIC``, the SHA-256 of the payload in hex, a newline, and the payload:
 an uncompressed ``.npz`` of plain numeric arrays plus one JSON document (as bytes). Writing goes
-through :func:`dba3c.rundir.write_atomic` (a temporary file in the same directory, fsynced,
+through :func:`dba3c.rundir.atomic_file` (a temporary file in the same directory, fsynced,
 renamed over the final name, the directory fsynced), so a crash at any point leaves either the
 old set of files or the new one.
 Loading verifies the checksum and uses ``allow_pickle=False``.
@@ -20,6 +20,8 @@ import io
 import json
 import re
 import sys
+import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +32,7 @@ from dba3c.config import Config, apply_overrides, from_dict
 from dba3c.errors import UserError
 from dba3c.models import NetSpec
 from dba3c.params import ParamLayout
-from dba3c.rundir import RunDir, remove_stale_temporaries, write_atomic
+from dba3c.rundir import RunDir, atomic_file, remove_stale_temporaries
 
 MAGIC = b"DBA3C-CHECKPOINT-1\n"
 NAME = re.compile(r"^step-(\d{10})\.ckpt$")
@@ -65,23 +67,51 @@ def checkpoint_path(directory: Path, step: int) -> Path:
     return Path(directory) / f"step-{step:010d}.ckpt"
 
 
-def encode_parts(ckpt: Checkpoint) -> tuple[bytes, memoryview]:
-    """The checkpoint file as (header, payload): the magic line and the payload's SHA-256,
-    then the npz archive, which is not copied again (a chief writing a large network's
-    checkpoint would otherwise hold several copies of theta, m and v at once)."""
-    buf = io.BytesIO()
-    np.savez(buf, theta=np.asarray(ckpt.theta, np.float32),
-             adam_m=np.asarray(ckpt.adam_m, np.float32),
-             adam_v=np.asarray(ckpt.adam_v, np.float32),
-             counters=np.array([ckpt.step, ckpt.adam_count], np.int64),
-             meta=np.frombuffer(json.dumps(ckpt.meta).encode(), np.uint8))
-    payload = buf.getbuffer()
-    return MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n", payload
+VECTORS = ("theta", "adam_m", "adam_v")
+Shards = Sequence[np.ndarray]  # one float32 vector as its consecutive shards (or one piece)
+FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # zip entries' date: the same state gives the same bytes
+
+
+def write(f: io.BufferedIOBase, step: int, vectors: tuple[Shards, Shards, Shards], adam_count: int,
+          meta: dict) -> None:
+    """Write a checkpoint file to ``f`` (opened ``w+b``, at its start).
+
+    vectors: theta, adam_m, adam_v, each as consecutive float32 shards, written one after the
+    other into the npz entry without being joined or copied (a chief saving a large network
+    holds no second copy of the state). The payload's SHA-256 goes into the header afterwards,
+    from the bytes read back.
+    """
+    f.write(MAGIC + b"0" * 64 + b"\n")
+    start = f.tell()
+    with zipfile.ZipFile(f, "w") as z:
+        for name, shards in zip(VECTORS, vectors):
+            _write_npy(z, name, [np.asarray(s, np.float32) for s in shards])
+        _write_npy(z, "counters", [np.array([step, adam_count], np.int64)])
+        _write_npy(z, "meta", [np.frombuffer(json.dumps(meta).encode(), np.uint8)])
+    f.seek(start)
+    digest, chunk = hashlib.sha256(), bytearray(1 << 20)
+    while n := f.readinto(chunk):
+        digest.update(memoryview(chunk)[:n])
+    f.seek(len(MAGIC))
+    f.write(digest.hexdigest().encode())
+
+
+def _write_npy(z: zipfile.ZipFile, name: str, shards: Shards) -> None:
+    """One ``.npy`` entry holding the 1-D concatenation of ``shards`` (all of one dtype)."""
+    header = {"descr": np.lib.format.dtype_to_descr(shards[0].dtype), "fortran_order": False,
+              "shape": (sum(s.size for s in shards),)}
+    with z.open(zipfile.ZipInfo(f"{name}.npy", FIXED_TIME), "w", force_zip64=True) as entry:
+        np.lib.format.write_array_header_1_0(entry, header)
+        for s in shards:
+            entry.write(np.ascontiguousarray(s).data)
 
 
 def encode(ckpt: Checkpoint) -> bytes:
     """The checkpoint file's bytes."""
-    return b"".join(encode_parts(ckpt))
+    buf = io.BytesIO()
+    write(buf, ckpt.step, ([ckpt.theta], [ckpt.adam_m], [ckpt.adam_v]), ckpt.adam_count,
+          ckpt.meta)
+    return buf.getvalue()
 
 
 def decode(data: bytes, source: str) -> Checkpoint:
@@ -104,10 +134,19 @@ def decode(data: bytes, source: str) -> Checkpoint:
 
 def save(directory: Path, ckpt: Checkpoint, keep: int) -> Path:
     """Write the checkpoint atomically, then delete all but the newest ``keep``."""
+    return save_state(directory, ckpt.step, ([ckpt.theta], [ckpt.adam_m], [ckpt.adam_v]),
+                      ckpt.adam_count, ckpt.meta, keep)
+
+
+def save_state(directory: Path, step: int, vectors: tuple[Shards, Shards, Shards],
+               adam_count: int, meta: dict, keep: int) -> Path:
+    """Write the state at ``step`` (theta, adam_m, adam_v as shards, see :func:`write`)
+    atomically, then delete all but the newest ``keep`` checkpoints."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    path = checkpoint_path(directory, ckpt.step)
-    write_atomic(path, *encode_parts(ckpt))
+    path = checkpoint_path(directory, step)
+    with atomic_file(path) as f:
+        write(f, step, vectors, adam_count, meta)
     for old in list_checkpoints(directory)[keep:]:
         old.unlink(missing_ok=True)
     remove_stale_temporaries(directory, "step-*.ckpt")  # left by a process killed mid-write

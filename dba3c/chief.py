@@ -18,6 +18,7 @@ from types import FrameType
 import numpy as np
 
 from dba3c import checkpoint
+from dba3c.checkpoint import Shards
 from dba3c.config import INF, Config
 from dba3c.dist.report import AVERAGED, FRACTIONS, WorkerReport
 from dba3c.metrics import Progress, ScalarLog, TensorBoard, Wandb
@@ -106,16 +107,15 @@ class Chief:
         """Whether the state at ``step`` should be written."""
         return checkpoint.checkpoint_due(self.cfg.run.checkpoint_every, step, self.start_step)
 
-    def save_checkpoint(self, step: int, theta: np.ndarray, adam_m: np.ndarray,
-                        adam_v: np.ndarray, adam_count: int) -> Path:
-        """Write the full state at ``step`` atomically."""
+    def save_checkpoint(self, step: int, theta: Shards, adam_m: Shards, adam_v: Shards,
+                        adam_count: int) -> Path:
+        """Write the full state at ``step`` atomically; each vector as its shards in order
+        (written without joining them)."""
         meta = {"config": self.cfg.to_dict(), "layout": self.layout.to_dict(),
                 "time_s": self.elapsed(), "seed": self.cfg.run.seed,
                 "summary": self.summary, "num_workers": self.num_workers}
-        return checkpoint.save(self.run_dir.checkpoints_dir,
-                               checkpoint.Checkpoint(step, theta, adam_m, adam_v, adam_count,
-                                                     meta),
-                               self.cfg.run.keep_checkpoints)
+        return checkpoint.save_state(self.run_dir.checkpoints_dir, step, (theta, adam_m, adam_v),
+                                     adam_count, meta, self.cfg.run.keep_checkpoints)
 
     def on_eval(self, step: int, scores: list[float]) -> None:
         """An evaluation of the parameters at ``step`` finished with these game scores."""

@@ -16,9 +16,10 @@ SWEEP_DIR/
   submitit/JOB_ID/ submitit's logs, when Slurm ran the sweep
 ```
 
-Whole files are written atomically (:func:`write_atomic`). JSON-lines files grow a line at a
-time, so a crash leaves at most a torn last line: :func:`read_jsonl` skips it and resuming
-(:meth:`RunDir.truncate_logs`) removes it with every line past the resumed step.
+Whole files are written atomically (:func:`atomic_file`, :func:`write_atomic`). JSON-lines
+files grow a line at a time, so a crash leaves at most a torn last line: :func:`read_jsonl`
+skips it and resuming (:meth:`RunDir.truncate_logs`) removes it with every line past the
+resumed step.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import io
 import json
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -262,17 +265,17 @@ def _json_default(x: object) -> str | None:
 # ---- atomic files -------------------------------------------------------------------------
 
 
-def write_atomic(path: Path, *chunks: bytes | memoryview) -> None:
-    """Write ``chunks`` one after the other to ``path`` so that readers see the old file or
-    the whole new one: a temporary file in the same directory, fsynced, renamed over
-    ``path``, directory fsynced. A failure (e.g. a full disk) leaves the old file and no
-    temporary file."""
+@contextmanager
+def atomic_file(path: Path) -> Iterator[io.BufferedRandom]:
+    """A file opened ``w+b`` whose content replaces ``path`` only once the block ends without
+    an exception, so that readers see the old file or the whole new one: a temporary file in
+    the same directory, fsynced, renamed over ``path``, directory fsynced. A failure (e.g. a
+    full disk) leaves the old file and no temporary file."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
+        with open(tmp, "w+b") as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -286,8 +289,15 @@ def write_atomic(path: Path, *chunks: bytes | memoryview) -> None:
         os.close(dir_fd)
 
 
+def write_atomic(path: Path, *chunks: bytes | memoryview) -> None:
+    """Write ``chunks`` one after the other to ``path`` atomically (:func:`atomic_file`)."""
+    with atomic_file(path) as f:
+        for chunk in chunks:
+            f.write(chunk)
+
+
 def remove_stale_temporaries(directory: Path, name_glob: str) -> None:
-    """Delete the temporary files that :func:`write_atomic` left for files named like
+    """Delete the temporary files that :func:`atomic_file` left for files named like
     ``name_glob`` in ``directory`` when its process was killed mid-write."""
     for stale in Path(directory).glob(f".{name_glob}.tmp-*"):
         stale.unlink(missing_ok=True)

@@ -81,8 +81,8 @@ def train_single(cfg: Config, laps: WorkerLaps | None = None) -> dict:
 
     def save(step: int) -> None:
         shard = store.shard
-        chief.save_checkpoint(step, shard.theta_shard, shard.adam.m_shard, shard.adam.v_shard,
-                              shard.adam.count)
+        chief.save_checkpoint(step, [shard.theta_shard], [shard.adam.m_shard],
+                              [shard.adam.v_shard], shard.adam.count)
 
     def after_step(params: Params, report: WorkerReport) -> bool:
         chief.worker_report(0, report)

@@ -55,7 +55,8 @@ class FakeChief:
         self.step = step
 
     def save_checkpoint(self, step, theta, m, v, count):
-        self.checkpoints[step] = (theta.copy(), m.copy(), v.copy(), count)
+        self.checkpoints[step] = (np.concatenate(theta), np.concatenate(m), np.concatenate(v),
+                                 count)
 
     def on_eval(self, step, scores):
         raise AssertionError("no evaluator in these tests")

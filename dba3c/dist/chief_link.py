@@ -19,7 +19,6 @@ from dba3c.dist.wire import (
     ReportMsg,
     StateMsg,
     StatusMsg,
-    assemble,
 )
 from dba3c.errors import TrainingError
 from dba3c.params import shard_bounds
@@ -65,9 +64,9 @@ def save_shards(chief: Chief, ordered: list[StateMsg]) -> None:
     started from that version."""
     version = ordered[0].version
     if version > chief.start_step:
-        chief.save_checkpoint(version, assemble([s.theta_shard for s in ordered]),
-                              assemble([s.m_shard for s in ordered]),
-                              assemble([s.v_shard for s in ordered]), ordered[0].adam_count)
+        chief.save_checkpoint(version, [s.theta_shard for s in ordered],
+                              [s.m_shard for s in ordered], [s.v_shard for s in ordered],
+                              ordered[0].adam_count)
 
 
 class ChiefLink:
