@@ -18,7 +18,7 @@ import pytest
 from dba3c.adam import AdamState, adam_update
 from dba3c.config import from_dict
 from dba3c.dist.chief_link import ChiefLink
-from dba3c.dist.mailbox import Sender
+from dba3c.dist.mailbox import Inbox, Sender
 from dba3c.dist.ps import run_ps
 from dba3c.dist.report import WorkerReport
 from dba3c.dist.wire import (
@@ -27,16 +27,18 @@ from dba3c.dist.wire import (
     Command,
     ControlMsg,
     EvalMsg,
+    GradMsg,
     InfoMsg,
     ParamsMsg,
     ReportMsg,
     StateMsg,
     Tag,
+    framed_size,
 )
 from dba3c.dist.worker_client import RemoteParameterClient
 from dba3c.params import shard_bounds
 from dba3c.roles import make_roles
-from dba3c.transport import InProcessTransport, wait_until
+from dba3c.transport import ANY_SOURCE, InProcessTransport, wait_until
 
 N = 11  # parameters: odd so shards differ in size
 
@@ -324,3 +326,50 @@ def test_sender_keeps_buffers_in_flight_and_releases_completed_ones():
     assert sender.idle()
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+class PostedReceives:
+    """Receives matched to arriving messages in the order they were posted (MPI's rule);
+    each completes when the test says so."""
+
+    def __init__(self):
+        self.posted: list[dict] = []
+
+    def irecv(self, buf, source, tag):
+        entry = {"buf": buf, "matched": False, "done": False}
+        self.posted.append(entry)
+
+        class Request:
+            def test(self) -> bool:
+                return entry["done"]
+        return Request()
+
+    def arrive(self, msg, complete: bool = True) -> dict:
+        entry = next(e for e in self.posted if not e["matched"])
+        data = msg.encode()
+        entry["buf"][:data.size] = data
+        entry["matched"], entry["done"] = True, complete
+        return entry
+
+
+def test_inbox_with_several_receives_hands_messages_over_in_the_order_they_matched():
+    # a parameter server keeps 8 gradient receives posted from any worker: a later receive
+    # can complete first (a small message behind a large one), but messages must come out in
+    # the order they matched, or a worker's BYE could overtake its last gradient
+    transport = PostedReceives()
+    inbox = Inbox(transport, ANY_SOURCE, GradMsg, framed_size(4), depth=3)
+    assert len(transport.posted) == 3
+    first = transport.arrive(GradMsg(7, 2, np.full(4, 1.0, np.float32)), complete=False)
+    transport.arrive(GradMsg(END, 2))
+    transport.arrive(GradMsg(7, 5, np.full(4, 5.0, np.float32)))
+    assert inbox.poll() is None  # the first matched receive is still in progress
+    first["done"] = True
+    got = [inbox.poll() for _ in range(3)]
+    assert [(m.version, m.rank) for m in got] == [(7, 2), (END, 2), (7, 5)]
+    assert got[0].grad_shard.tolist() == [1.0] * 4 and got[2].grad_shard.tolist() == [5.0] * 4
+    assert inbox.poll() is None
+    # each buffer was posted again after its message: still 3 receives waiting, and the next
+    # message lands in the first of them
+    assert len([e for e in transport.posted if not e["matched"]]) == 3
+    transport.arrive(GradMsg(8, 5, np.full(4, 6.0, np.float32)))
+    assert inbox.poll().grad_shard.tolist() == [6.0] * 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Generic, TypeVar
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from dba3c.core import Params
 from dba3c.dist.wire import Message, ParamsMsg, Tag, assemble, framed_size
-from dba3c.transport import Transport, wait_until
+from dba3c.transport import Request, Transport, wait_until
 
 M = TypeVar("M", bound=Message)
 
@@ -40,24 +41,31 @@ class Sender:
 
 
 class Inbox(Generic[M]):
-    """A standing receive of messages of one kind from one source (or ANY_SOURCE), reposted
-    after each message. ``size``: the buffer's length in the kind's dtype; ``tag``: when not
-    the kind's own (SNAPSHOT carries ParamsMsg)."""
+    """Standing receives of messages of one kind from one source (or ANY_SOURCE): ``depth``
+    of them, each reposted after its message. ``size``: a buffer's length in the kind's
+    dtype; ``tag``: when not the kind's own (SNAPSHOT carries ParamsMsg).
+
+    Receives match messages in the order they were posted (MPI's rule), so taking them in
+    that order keeps each source's messages in the order it sent them."""
 
     def __init__(self, transport: Transport, source: int, kind: type[M], size: int,
-                 tag: Tag | None = None):
+                 tag: Tag | None = None, depth: int = 1):
         self.t, self.source, self.kind = transport, source, kind
         self.tag = kind.TAG if tag is None else tag
-        self.buf = np.zeros(size, kind.DTYPE)
-        self._request = transport.irecv(self.buf, source, self.tag)
+        self._posted = deque(self._post(np.zeros(size, kind.DTYPE)) for _ in range(depth))
+
+    def _post(self, buf: np.ndarray) -> tuple[Request, np.ndarray]:
+        return self.t.irecv(buf, self.source, self.tag), buf
 
     def poll(self) -> M | None:
-        """The next message, decoded from a copy of the buffer, or None; the receive is
-        reposted."""
-        if not self._request.test():
+        """The next message, decoded from a copy of its buffer, or None; its receive is
+        posted again."""
+        request, buf = self._posted[0]
+        if not request.test():
             return None
-        msg = self.kind.decode(self.buf.copy())
-        self._request = self.t.irecv(self.buf, self.source, self.tag)
+        msg = self.kind.decode(buf.copy())
+        self._posted.popleft()
+        self._posted.append(self._post(buf))
         return msg
 
 

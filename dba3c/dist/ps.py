@@ -38,9 +38,12 @@ from dba3c.optim import make_optimizer
 from dba3c.pacing import ReplyPacer
 from dba3c.params import shard_bounds
 from dba3c.roles import Roles
-from dba3c.transport import Transport
+from dba3c.transport import ANY_SOURCE, Transport
 
 FROZEN_POLL_S = 1e-4  # a frozen PS only waits for the chief's STOP_AT
+# Gradient receives a parameter server keeps posted (from any worker): one per worker would
+# hold W shard-sized buffers (83 MB at W = 64, P = 1), more than the rest of the rank
+GRAD_RECEIVES = 8
 
 
 def make_shard(state: StateMsg, cfg: Config, *, mode: str, replicas: int) -> ShardServer:
@@ -78,7 +81,8 @@ class ParameterServer:
         # sleeps through the workers' gradient computations
         self.pacer = ReplyPacer(fine_max_s=cfg.dist.poll_max_ms / 1000)
         size = framed_size(init.theta_shard.size)
-        self.grads = {w: Inbox(t, w, GradMsg, size) for w in roles.workers}
+        self.grads = Inbox(t, ANY_SOURCE, GradMsg, size,
+                           depth=min(GRAD_RECEIVES, len(roles.workers)))
         self.control = Inbox(t, 0, ControlMsg, ControlMsg.SIZE)
         self.state = PsState.RUNNING
         self.stop_at: int | None = None
@@ -94,8 +98,8 @@ class ParameterServer:
 
     # ---- inputs ---------------------------------------------------------------------------
     def poll(self, now: float) -> bool:
-        """Handle a chief command and one message per worker, if any arrived; True if one
-        did."""
+        """Handle a chief command and up to one gradient per worker, if any arrived; True if
+        one did."""
         busy = False
         if self.state not in (PsState.FINISHED, PsState.DRAINED):
             command = self.control.poll()
@@ -103,11 +107,12 @@ class ParameterServer:
                 busy = True
                 self.on_command(command)
         if self.state is not PsState.FROZEN:
-            for w, inbox in self.grads.items():
-                msg = None if w in self.byes else inbox.poll()
-                if msg is not None:
-                    busy = True
-                    self.on_grad(w, msg, now)
+            for _ in self.roles.workers:
+                msg = self.grads.poll()
+                if msg is None:
+                    break
+                busy = True
+                self.on_grad(msg.rank, msg, now)
         if (self.state is PsState.FINISHED and len(self.byes) == len(self.roles.workers)
                 and self.sender.idle()):
             self.state = PsState.DRAINED
