@@ -11,7 +11,6 @@ Rewards come out unclipped (real game scores); the learner clips.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections import deque
 from dataclasses import dataclass
@@ -147,16 +146,31 @@ class ScoreTracker:
         return float(np.mean(self.recent)) if self.recent else None
 
 
-@functools.cache
-def _spaces(env_id: str, rgb: bool, full_action_space: bool) -> tuple[tuple[int, ...], int]:
-    pool = EnvPool(env_id, 1, batch_size=1, rgb=rgb, full_action_space=full_action_space)
-    try:
-        return pool.obs_shape, pool.num_actions
-    finally:
-        pool.close()
+SpacesKey = tuple[str, bool, bool]  # env.id, RGB observations, full action space
+Spaces = tuple[tuple[int, ...], int]  # observation shape, number of actions
+_SPACES: dict[SpacesKey, Spaces] = {}  # per process: the config validator and trainer both ask
 
 
-def env_spaces(cfg: Config) -> tuple[tuple[int, ...], int]:
+def spaces_key(cfg: Config) -> SpacesKey:
+    """What an env's spaces depend on."""
+    return cfg.env.id, cfg.model.obs == "rgb", cfg.env.full_action_space
+
+
+def env_spaces(cfg: Config) -> Spaces:
     """(observation shape, number of actions) of the configured env: one simulator is opened
-    briefly, once per process (the config validator and the trainer both ask)."""
-    return _spaces(cfg.env.id, cfg.model.obs == "rgb", cfg.env.full_action_space)
+    briefly, once per process, unless :func:`remember_spaces` was told them."""
+    key = spaces_key(cfg)
+    if key not in _SPACES:
+        env_id, rgb, full_action_space = key
+        pool = EnvPool(env_id, 1, batch_size=1, rgb=rgb, full_action_space=full_action_space)
+        try:
+            _SPACES[key] = pool.obs_shape, pool.num_actions
+        finally:
+            pool.close()
+    return _SPACES[key]
+
+
+def remember_spaces(key: SpacesKey, spaces: Spaces) -> None:
+    """Take an env's spaces from a process that opened it: a synthetic rank then never
+    imports gymnasium and ale-py (about 30 MB of its memory)."""
+    _SPACES[key] = spaces

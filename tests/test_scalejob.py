@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from dba3c.config import load_config
 from dba3c.dist.collective import sit_out_collective_run
+from dba3c.envs import env_spaces, spaces_key
 from dba3c.errors import Interrupted
 from dba3c.launchers import scale
 from dba3c.launchers.local import find_mpiexec, launch_environment
@@ -166,13 +168,23 @@ def test_one_job_plays_points_of_different_sizes_each_to_its_last_step(tmp_path)
     run_dirs = [tmp_path / f"p{i}" for i in range(len(plans))]
     runs = job_runs(CONFIG, [], plans, 20.0, run_dirs)
     assert [r.ranks for r in runs] == [2, 2, 3, 3]
-    write_job(tmp_path / "job.json", runs)
-    assert read_job(tmp_path / "job.json") == runs
+    cfg = load_config(CONFIG, [])
+    spaces = [(spaces_key(cfg), env_spaces(cfg))]
+    write_job(tmp_path / "job.json", runs, spaces)
+    assert read_job(tmp_path / "job.json") == (runs, spaces)
+    # the ranks take the env's spaces from the job file: a rank that opened a simulator
+    # (30 MB of gymnasium and ale-py, which imports gymnasium) fails on this stand-in
+    blocked = tmp_path / "blocked"
+    (blocked / "gymnasium").mkdir(parents=True)
+    (blocked / "gymnasium" / "__init__.py").write_text(
+        "raise ImportError('a synthetic rank imported gymnasium')\n")
     marker = f"DBA3C_TEST_{uuid.uuid4().hex}"
+    env = launch_environment()
+    env["PYTHONPATH"] = os.pathsep.join([str(blocked), *filter(None, [env.get("PYTHONPATH")])])
     proc = subprocess.run([find_mpiexec(), "-n", "3", sys.executable, "-m",
                            "dba3c.launchers.scalejob", str(tmp_path / "job.json")],
                           cwd=ROOT, capture_output=True, text=True, timeout=240,
-                          env={**launch_environment(), marker: "1"})
+                          env={**env, marker: "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     events = [e for e in map(job_event, proc.stdout.splitlines(keepends=True)) if e]
     assert events == [(kind, i) for i in range(4) for kind in ("start", "end")]

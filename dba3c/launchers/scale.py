@@ -40,6 +40,7 @@ from statistics import median
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from dba3c.config import Config, DistConfig, load_config, num_params_of
+from dba3c.envs import env_spaces, spaces_key
 from dba3c.errors import Interrupted, UserError
 from dba3c.launchers.emulated import EmulatedCluster, link_rate, require_emulation
 from dba3c.launchers.proctree import EXITED, INTERRUPTED, TIMED_OUT, Interrupt, ProcessTree
@@ -508,7 +509,8 @@ def run_points(config: str, overrides: list[str], plans: list[PointPlan], *,
         run_dirs = [Path(tmp) / f"point{i}" for i in range(len(plans))]
         runs = job_runs(config, overrides, plans, compute_ms, run_dirs)
         configs = [load_config(r.config, list(r.overrides)) for r in runs]
-        write_job(Path(tmp) / "job.json", runs)
+        spaces = {spaces_key(c): env_spaces(c) for c in configs}  # opened here, not per rank
+        write_job(Path(tmp) / "job.json", runs, list(spaces.items()))
         cmd = [find_mpiexec(), *(mpiexec_args or []), "-n", str(max(r.ranks for r in runs)),
                sys.executable, "-m", "dba3c.launchers.scalejob", str(Path(tmp) / "job.json")]
 

@@ -17,9 +17,10 @@ one job of as many ranks as its largest run plays them in turn, paying that once
 - rank 0 writes ``dba3c-scalejob start I`` and ``dba3c-scalejob end I`` lines on stdout
   (:func:`job_event` parses them), so the driver knows which run is going.
 
-The observation space a run's network needs is opened once per process and env id
-(``dba3c.envs.env_spaces`` caches it). This module owns the JOB.json format
-(:func:`write_job`, :func:`read_job`).
+The env spaces (observation shape, number of actions) that a run's network needs come in
+the job file from the driver, which opened the simulator once: the ranks import neither
+gymnasium nor ale-py (30 MB each). This module owns the JOB.json format (:func:`write_job`,
+:func:`read_job`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dba3c.config import load_config
+from dba3c.envs import Spaces, SpacesKey, remember_spaces
 from dba3c.errors import UserError
 
 EVENT_PREFIX = "dba3c-scalejob"
@@ -47,15 +49,21 @@ class JobRun:
     ranks: int
 
 
-def write_job(path: Path, runs: list[JobRun]) -> None:
-    """Write the runs of a job to ``path`` (JSON)."""
-    path.write_text(json.dumps({"runs": [asdict(r) for r in runs]}, indent=1) + "\n")
+def write_job(path: Path, runs: list[JobRun], spaces: list[tuple[SpacesKey, Spaces]]) -> None:
+    """Write the runs of a job and the env spaces of their configs
+    (:func:`dba3c.envs.env_spaces` of each) to ``path`` (JSON)."""
+    path.write_text(json.dumps({"runs": [asdict(r) for r in runs],
+                                "spaces": [[*key, *value] for key, value in spaces]},
+                               indent=1) + "\n")
 
 
-def read_job(path: Path) -> list[JobRun]:
-    """The runs written by :func:`write_job`."""
-    return [JobRun(r["config"], tuple(r["overrides"]), r["ranks"])
-            for r in json.loads(path.read_text())["runs"]]
+def read_job(path: Path) -> tuple[list[JobRun], list[tuple[SpacesKey, Spaces]]]:
+    """The runs and env spaces written by :func:`write_job`."""
+    job = json.loads(path.read_text())
+    runs = [JobRun(r["config"], tuple(r["overrides"]), r["ranks"]) for r in job["runs"]]
+    spaces = [((env_id, rgb, full), (tuple(shape), num_actions))
+              for env_id, rgb, full, shape, num_actions in job["spaces"]]
+    return runs, spaces
 
 
 def event_line(kind: str, index: int) -> str:
@@ -86,12 +94,14 @@ def release_memory() -> None:
     trim(0)
 
 
-def run_job(runs: list[JobRun]) -> int:
+def run_job(runs: list[JobRun], spaces: list[tuple[SpacesKey, Spaces]]) -> int:
     """Play every run in turn on this rank of the MPI job (see the module docstring)."""
     from dba3c.dist.collective import sit_out_collective_run
     from dba3c.dist.run import ignore_polite_signals, play_rank, rank_spec
     from dba3c.transport import MpiTransport, TransportView
 
+    for key, value in spaces:
+        remember_spaces(key, value)
     configs = [load_config(r.config, list(r.overrides)) for r in runs]
     world = MpiTransport(configs[0].dist.collective_algorithm)
     if world.rank != 0:
@@ -127,7 +137,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m dba3c.launchers.scalejob JOB.json (under mpiexec)",
               file=sys.stderr)
         return 2
-    return run_job(read_job(Path(argv[0])))
+    return run_job(*read_job(Path(argv[0])))
 
 
 if __name__ == "__main__":
