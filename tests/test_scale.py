@@ -269,16 +269,22 @@ def test_bench_scale_says_where_it_wrote(tmp_path, monkeypatch, capsys):
                   f"{docs}\n", err
 
 
-def test_steady_step_time_is_the_median_interval_after_the_warmup():
+def test_steady_step_time_is_the_median_slope_after_the_warmup():
     metrics = [{"step": s, "time_s": t} for s, t in
                [(1, 5.0), (2, 5.5), (3, 5.6), (4, 5.8), (5, 6.0), (6, 6.2)]]
     assert steady_step_seconds(metrics, warmup=2) == pytest.approx(0.2)
-    # two steps logged together (intervals 0.4 and 0.01): the steady 0.2 s still comes out,
-    # where the slope between the window's ends would give (6.61 - 5.6) / 4 = 0.2525
+    # two steps logged together (intervals 0.4 and 0.01): about the steady 0.2 s (median of
+    # the 10 slopes: (0.2025 + 0.2033) / 2), where the slope between the window's ends would
+    # give (6.61 - 5.6) / 4 = 0.2525
     bunched = [*metrics[:3], {"step": 4, "time_s": 5.8}, {"step": 5, "time_s": 6.2},
                {"step": 6, "time_s": 6.21}, {"step": 7, "time_s": 6.41},
                {"step": 8, "time_s": 6.61}]
-    assert steady_step_seconds(bunched, warmup=2) == pytest.approx(0.2)
+    assert steady_step_seconds(bunched, warmup=2) == pytest.approx(0.2029, abs=1e-4)
+    # every other step logged with the next (a chief that trains learns of step 2k + 1 only
+    # when it next waits): intervals 1.37, 0.01, ... whose median is half a step
+    alternating = [{"step": s, "time_s": 10 + 0.685 * (s + s % 2) + 0.01 * (s % 2 == 0)}
+                   for s in range(5, 15)]
+    assert steady_step_seconds(alternating, warmup=4) == pytest.approx(0.685, rel=0.02)
     # a gap in the records counts per step (the last record, the run's end, is left out)
     assert steady_step_seconds([{"step": 3, "time_s": 1.0}, {"step": 6, "time_s": 1.9},
                                 {"step": 7, "time_s": 1.905}], warmup=2) == pytest.approx(0.3)
