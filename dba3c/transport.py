@@ -15,6 +15,7 @@ would keep a core at 100% while waiting).
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import os
 import stat
@@ -96,14 +97,32 @@ def offsets(counts: Sequence[int]) -> list[int]:
 
 def wait_until(done: Callable[[], bool], idle: Callable[[], None] | None = None,
                max_sleep_s: float = 0.0005) -> None:
-    """Poll ``done`` until it is true, sleeping between polls (50 us doubling to
-    ``max_sleep_s``) and calling ``idle`` between them (e.g. the chief's bookkeeping)."""
-    sleep = 5e-5
+    """Poll ``done`` until it is true, sleeping between polls (50 us, or ``max_sleep_s`` if
+    shorter, doubling to ``max_sleep_s``) and calling ``idle`` between them (e.g. the chief's
+    bookkeeping)."""
+    sleep = min(5e-5, max_sleep_s)
     while not done():
         if idle is not None:
             idle()
         time.sleep(sleep)
         sleep = min(sleep * 2, max_sleep_s)
+
+
+PR_SET_TIMERSLACK, PR_GET_TIMERSLACK = 29, 30  # prctl(2) options (linux/prctl.h)
+TIMER_SLACK_NS = 1000  # how late a sleep may end: Linux's default is 50 us
+
+
+def precise_sleeps(slack_ns: int = TIMER_SLACK_NS) -> None:
+    """Let the calling thread's sleeps, and those of the threads it starts later, end at most
+    ``slack_ns`` late instead of Linux's default 50 us: a rank polling a collective with
+    20 us sleeps would sleep ~70 us each time, and every round of the collective waits for a
+    poll (docs/benchmarks.md). Does nothing where prctl is not Linux's."""
+    if not sys.platform.startswith("linux"):
+        return
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                      ctypes.c_ulong]
+    prctl(PR_SET_TIMERSLACK, slack_ns, 0, 0, 0)
 
 
 # MPICH's control variables for ``dist.collective_algorithm: recursive``: reduce-scatter by
@@ -124,9 +143,12 @@ def collective_environment(algorithm: str, environ: dict[str, str]) -> dict[str,
 
 class MpiTransport:
     """mpi4py buffer-based nonblocking point-to-point on COMM_WORLD. MPI starts here, after
-    ``collective_algorithm`` (``dist.collective_algorithm``) chose the collectives' rounds."""
+    ``collective_algorithm`` (``dist.collective_algorithm``) chose the collectives' rounds;
+    the rank's sleeps while it polls become precise (:func:`precise_sleeps`; the rank's
+    threads start after this)."""
 
     def __init__(self, collective_algorithm: str) -> None:
+        precise_sleeps()
         os.environ.update(collective_environment(collective_algorithm, dict(os.environ)))
         from mpi4py import MPI
 

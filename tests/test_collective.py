@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -27,6 +28,7 @@ import numpy as np
 import pytest
 
 from dba3c.adam import AdamState
+from dba3c.config import DistConfig
 from dba3c.core import LocalParameterServer, ShardServer
 from dba3c.dist.collective import CollectiveClient, shard_counts
 from dba3c.launchers.local import find_mpiexec
@@ -34,7 +36,14 @@ from dba3c.models import NetSpec
 from dba3c.optim import make_optimizer
 from dba3c.params import shard_bounds
 from dba3c.roles import make_roles
-from dba3c.transport import InProcessTransport, collective_environment, offsets
+from dba3c.transport import (
+    PR_GET_TIMERSLACK,
+    TIMER_SLACK_NS,
+    InProcessTransport,
+    collective_environment,
+    offsets,
+    precise_sleeps,
+)
 
 from conftest import ROOT, dba3c, latest_checkpoint, read_jsonl
 from test_protocol import N, grad_of, make_cfg, run_world, train_loop
@@ -125,6 +134,29 @@ def test_recursive_collectives_set_mpichs_variables_unless_the_user_did():
     assert collective_environment("recursive", {halving: "sched_pairwise"}) == {
         doubling: "sched_recursive_doubling"}
     assert collective_environment("mpi", {}) == {}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
+def test_precise_sleeps_set_the_timer_slack_of_the_thread_and_the_threads_it_starts():
+    # a rank polls its collectives with sleeps of tens of us: Linux's default 50 us of timer
+    # slack would make each sleep ~50 us longer
+    prctl = ctypes.CDLL(None).prctl
+    slack: dict[str, int] = {}
+
+    def rank_main() -> None:
+        slack["before"] = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0)
+        precise_sleeps()
+        slack["after"] = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0)
+        actor = threading.Thread(
+            target=lambda: slack.update(started=prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0)))
+        actor.start()
+        actor.join()
+
+    rank = threading.Thread(target=rank_main)
+    rank.start()
+    rank.join()
+    assert slack["before"] == prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0) != TIMER_SLACK_NS
+    assert slack["after"] == slack["started"] == TIMER_SLACK_NS
 
 
 def test_in_process_sums_are_added_in_rank_order_in_float32():
@@ -398,17 +430,18 @@ def test_a_rank_that_stops_answering_ends_the_collective_job_naming_it(tmp_path)
 
 def test_a_rank_waiting_in_the_collectives_does_not_spin_a_core():
     """Rank 1 waits ~20 ms per round for rank 0 in the reduce-scatter: polled as the
-    collective client polls (50 us sleeps), it uses a part of a core (~0.3 on an idle host),
-    at most half of what MPI_Wait spins in the same place (~1.0 idle; docs/benchmarks.md has
-    both). Compared in one run, so a loaded host lowers both."""
+    collective client polls (sleeps of at most dist.collective_poll_us), it uses a part of a
+    core, at most half of what MPI_Wait spins in the same place (~1.0 idle;
+    docs/benchmarks.md has both). Compared in one run, so a loaded host lowers both."""
     from dba3c.launchers.waiting import PAPER_PARAMS, run_point, waiting_table
 
-    poll = run_point(2, "poll-fine", PAPER_PARAMS, rounds=10, late_ms=20.0)
+    polled = f"poll-{DistConfig().collective_poll_us:g}us"
+    poll = run_point(2, polled, PAPER_PARAMS, rounds=10, late_ms=20.0)
     block = run_point(2, "block", PAPER_PARAMS, rounds=10, late_ms=20.0)
-    assert poll["ranks"] == 2 and poll["strategy"] == "poll-fine" and poll["step_ms"] > 0
+    assert poll["ranks"] == 2 and poll["strategy"] == polled and poll["step_ms"] > 0
     assert poll["wait_cpu"] < 0.5 * block["wait_cpu"], (poll, block)
     table = waiting_table([poll, block])
-    assert table.splitlines()[0].startswith("| ranks | step ms, poll-fine | step ms, block | ")
+    assert table.splitlines()[0].startswith(f"| ranks | step ms, {polled} | step ms, block | ")
     row = table.splitlines()[-1]
     assert row.startswith(f"| 2 | {poll['step_ms']:.2f} | {block['step_ms']:.2f} | "), row
     assert f" | {poll['wait_cpu']:.2f} | {block['wait_cpu']:.2f} | " in row, row

@@ -92,9 +92,9 @@ def test_the_clock_slows_per_w_and_link_until_the_host_moves_at_most_its_budget(
     step_fast = tc + 2 * 64 * wire / 12.5e9 + 10e-9 * n / 50
     assert 128 * wire / (step_fast * 50) < HOST_BUDGET and scales[3] == 50
     # collective W = 64: 126 vectors per step of tc + 2 x 63/64 vectors / 1.25 GB/s + 12
-    # rounds of 70 us (15.8 ms) is 7.2 budgets at s = 10
+    # rounds of 1.4 x 20 us (15.3 ms) is 7.4 budgets at s = 10
     collective = ScalePoint(64, 0, aggregation="collective")
-    step_c = tc + 2 * 63 / 64 * wire / 1.25e9 + 12 * 70e-6 + 10e-9 * n / 64 / 10
+    step_c = tc + 2 * 63 / 64 * wire / 1.25e9 + 12 * 28e-6 + 10e-9 * n / 64 / 10
     assert 7 < 126 * wire / (step_c * 10) / HOST_BUDGET <= 8
     assert grid_time_scales([collective], 10, lambda point: n, tc) == [80]
 
@@ -150,16 +150,20 @@ def test_model_collective_moves_2_w_minus_1_over_w_vectors_per_node_whatever_w()
     n, tc = 322_695, 0.0128
     wire = 4 * n * 1514 / 1448
     # W = 64 over 10 Gb/s: reduce-scatter + allgather move 2 x 63/64 M through each link,
-    # in 2 x 6 rounds of 70 us (recursive halving / doubling), Adam runs on n/64 floats
-    expected = tc + 2 * 63 / 64 * wire / 1.25e9 + 12 * 70e-6 + n / 64 * 10e-9 / 10
+    # in 2 x 6 rounds (recursive halving / doubling) of 1.4 poll caps (20 us by default),
+    # Adam runs on n/64 floats
+    expected = tc + 2 * 63 / 64 * wire / 1.25e9 + 12 * 28e-6 + n / 64 * 10e-9 / 10
     assert model_step_seconds(collective(64), n, tc, 10) == pytest.approx(expected)
-    # efficiency T_c / T_step: 0.81 at 10 Gb/s, 0.92 at 100 Gb/s (ps at P = 4: 0.27)
-    assert tc / expected == pytest.approx(0.810, abs=0.002)
+    # efficiency T_c / T_step: 0.84 at 10 Gb/s, 0.96 at 100 Gb/s (ps at P = 4: 0.27)
+    assert tc / expected == pytest.approx(0.838, abs=0.002)
     assert tc / model_step_seconds(collective(64, link_gbit=100), n, tc, 50) == \
-        pytest.approx(0.924, abs=0.002)
+        pytest.approx(0.959, abs=0.002)
+    # 50 us caps: 70 us per round (0.81 at 10 Gb/s)
+    assert model_step_seconds(collective(64), n, tc, 10, poll_s=50e-6) == pytest.approx(
+        expected + 12 * 42e-6)
     # MPICH's own choice (pairwise exchange, ring): 2 x 63 rounds
     assert model_step_seconds(collective(64), n, tc, 10, algorithm="mpi") == pytest.approx(
-        expected + (126 - 12) * 70e-6)
+        expected + (126 - 12) * 28e-6)
     assert [collective_rounds(w, "recursive") for w in (1, 2, 3, 16, 64)] == [0, 2, 4, 8, 12]
     assert [collective_rounds(w, "mpi") for w in (1, 2, 3, 16, 64)] == [0, 2, 4, 30, 126]
     # about 2 M per node whatever W: one rank moves nothing, 64 ranks 63/32 of 2 ranks

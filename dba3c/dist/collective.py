@@ -15,12 +15,13 @@ One synchronous step t, in :meth:`CollectiveClient.push`:
   3. an allgather of the updated shards: every rank holds theta_{t+1} and trains on it.
 
 While a rank waits in a collective its actor thread keeps simulating (``dba3c.worker``);
-waiting polls the requests with sleeps of at most ``dist.collective_poll_us`` (50 us,
-``WAIT_MAX_SLEEP_S``; :func:`~dba3c.transport.wait_until`), so a waiting rank does not spin
-a core. The sleeps are shorter than elsewhere because a nonblocking collective advances from
-one round of its algorithm to the next only inside an MPI call: docs/benchmarks.md measured
-50 us sleeps as fast as MPI's blocking wait at a fraction of its CPU, 0.5 ms sleeps up to 50%
-slower.
+waiting polls the requests with sleeps of at most ``dist.collective_poll_us`` (20 us,
+``WAIT_MAX_SLEEP_S``; :func:`~dba3c.transport.wait_until`; the rank's sleeps end on time,
+:func:`~dba3c.transport.precise_sleeps`), so a waiting rank does not spin a core. The sleeps
+are shorter than elsewhere because a nonblocking collective advances from one round of its
+algorithm to the next only inside an MPI call, and every round waits for a poll:
+docs/benchmarks.md measured the step and a waiting rank's CPU for 0.5 ms, 50, 20 and 10 us
+sleeps against MPI's blocking wait (which spins a whole core).
 
 Every rank stops at the same step: at ``train.max_steps`` (all know it) or at the step whose
 control vector carried the chief's stop request (a signal, ``train.max_seconds``, the target

@@ -67,11 +67,11 @@ LINK_TIME_SCALE = {10: 1.0, 100: 5.0}
 # 14 (Ethernet) + 20 (IPv4) + 32 (TCP with timestamps) more on the wire
 WIRE_PER_PAYLOAD = (1448 + 14 + 20 + 32) / 1448
 ADAM_S_PER_PARAM = 10e-9  # docs/benchmarks.md: Adam on N/P floats takes N/P x 10 ns
-# One message round of a collective step costs about 1.4 poll caps (dist.collective_poll_us,
-# 50 us): fitted on the emulated cluster, where W = 16 with MPICH's algorithm (30 rounds)
-# stepped 1.5 ms slower than with recursive halving/doubling (8 rounds), 68 us per round
-# (docs/benchmarks.md, 2026-11-23). A real network adds its own latency per round.
-COLLECTIVE_ROUND_S = 70e-6
+# One message round of a collective step costs about 1.4 poll caps (dist.collective_poll_us):
+# fitted on the emulated cluster, where W = 16 with MPICH's algorithm (30 rounds) stepped
+# 1.5 ms slower than with recursive halving/doubling (8 rounds) at 50 us caps, 68 us per
+# round (docs/benchmarks.md, 2026-11-23). A real network adds its own latency per round.
+ROUND_POLL_CAPS = 1.4
 SCALE_JSON = "scale.json"  # dba3c bench --scale's results, beside bench/results.json
 # Bytes per second of the steps' traffic the emulating host moves without saturating: on 2
 # cores (2026-11-24, W = 64, 72 namespaces) 133-190 MB/s kept them 66-91% busy and the steps
@@ -196,23 +196,24 @@ def grid_time_scales(grid: list[ScalePoint], time_scale: float,
 
 def model_step_seconds(point: ScalePoint, num_params: int, compute_s: float,
                        time_scale: float, host_bytes_per_s: float | None = None,
-                       algorithm: str = DistConfig.collective_algorithm) -> float:
+                       algorithm: str = DistConfig.collective_algorithm,
+                       poll_s: float = DistConfig().collective_poll_s) -> float:
     """The analytic step time of docs/benchmarks.md for a point (seconds, unscaled): the
     compute time, then the transfers (:func:`comm_seconds`), plus Adam on N/P floats (N/W with
     collective aggregation), which runs in real time and so shrinks by the time scale in an
     emulated measurement. Stragglers among the gradients a step waits for: with collective
     aggregation every rank waits for the slowest compute (x ``slow_factor``), then the
     collectives' message rounds follow (:func:`collective_rounds` of ``algorithm`` x
-    ``COLLECTIVE_ROUND_S``); in ps mode they add :func:`straggler_seconds`. With
-    ``host_bytes_per_s`` the transfers take at least :func:`host_seconds` (the emulating
-    host's cores as the limit)."""
+    ``ROUND_POLL_CAPS`` x ``poll_s``, the unscaled ``dist.collective_poll_us``); in ps mode
+    they add :func:`straggler_seconds`. With ``host_bytes_per_s`` the transfers take at
+    least :func:`host_seconds` (the emulating host's cores as the limit)."""
     comm = comm_seconds(point, num_params)
     if host_bytes_per_s:
         comm = max(comm, host_seconds(point, num_params, host_bytes_per_s, time_scale))
     if point.aggregation == "collective":
         slowest = point.slow_factor if point.slow_workers else 1.0
         exchange = (compute_s * slowest + comm
-                    + collective_rounds(point.workers, algorithm) * COLLECTIVE_ROUND_S)
+                    + collective_rounds(point.workers, algorithm) * ROUND_POLL_CAPS * poll_s)
         shards = point.workers
     else:
         exchange = compute_s + comm + straggler_seconds(point, num_params, compute_s)
@@ -373,10 +374,12 @@ def point_result(plan: PointPlan, cfg: Config, metrics: list[dict],
     step_s = steady_step_seconds(metrics, plan.warmup) / s
     replicas = point.replicas or point.workers
     num_params = num_params_of(cfg)
-    algorithm = cfg.dist.collective_algorithm
-    model_s = model_step_seconds(point, num_params, compute_ms / 1000, s, algorithm=algorithm)
+    # the point's poll caps are multiplied by its time scale (job_runs)
+    algorithm, poll_s = cfg.dist.collective_algorithm, cfg.dist.collective_poll_s / s
+    model_s = model_step_seconds(point, num_params, compute_ms / 1000, s, algorithm=algorithm,
+                                 poll_s=poll_s)
     emulated_s = model_step_seconds(point, num_params, compute_ms / 1000, s, host_bytes_per_s,
-                                    algorithm)
+                                    algorithm, poll_s)
     return {**asdict(point), "time_scale": s, "steps": plan.steps,
             "warmup_steps": plan.warmup, "step_ms": 1000 * step_s,
             "model_step_ms": 1000 * model_s, "emulated_model_step_ms": 1000 * emulated_s,

@@ -1,14 +1,15 @@
 """``python -m dba3c.launchers.waiting``: what waiting in a collective costs, polled or blocked.
 
 Collective aggregation waits in a reduce-scatter and an allgather every step. A rank can poll
-the nonblocking request (``wait_until``: ``MPI_Test``, then a sleep of 50 us doubling to a
-maximum: 0.5 ms for ``poll``, as most waits in dba3c, 50 us for ``poll-fine``, as the
-collective aggregation's waits, ``dba3c.dist.collective.WAIT_MAX_SLEEP_S``) or block
-in ``MPI_Wait`` (``block``; MPICH busy-polls a core in it). A nonblocking collective only
-advances from one round of its algorithm to the next inside an MPI call, so the sleeps can
-add up to one sleep per round. For each number
-of ranks W in ``--ranks`` and each way, this starts ``mpiexec -n W`` of itself and measures,
-on a vector of ``--params`` float32 (default: the paper network's 332,295 parameters):
+the nonblocking request (``wait_until``: ``MPI_Test``, then a sleep doubling up to a cap:
+``poll-500us`` as most waits in dba3c, ``poll-50us`` or less as the collective aggregation's
+waits, ``dist.collective_poll_us``) or block in ``MPI_Wait`` (``block``; MPICH busy-polls a
+core in it). A nonblocking collective only advances from one round of its algorithm to the
+next inside an MPI call, so the sleeps can add up to one sleep per round. Every rank sleeps
+with the timer slack of a dba3c rank (:func:`~dba3c.transport.precise_sleeps`), or
+``--timer-slack-ns``. For each number of ranks W in ``--ranks`` and each of
+``--strategies``, this starts ``mpiexec -n W`` of itself and measures, on a vector of
+``--params`` float32 (default: the paper network's 332,295 parameters):
 
 - step_ms: the median time of one reduce-scatter + allgather when every rank starts it at
   once (after a barrier), on rank 0: the latency polling adds to the collective;
@@ -33,29 +34,45 @@ import time
 
 import numpy as np
 
-from dba3c.dist.collective import WAIT_MAX_SLEEP_S, shard_counts
+from dba3c.dist.collective import shard_counts
 from dba3c.launchers.local import find_mpiexec
-from dba3c.transport import MpiRequest, MpiTransport, wait_until
+from dba3c.transport import (
+    TIMER_SLACK_NS,
+    MpiRequest,
+    MpiTransport,
+    precise_sleeps,
+    wait_until,
+)
 
 PAPER_PARAMS = 332_295  # the paper's network at FC 128 (RGB input padded to 16 channels)
-# the polled strategies' longest sleep: dba3c's waits in general, its collectives' waits
-MAX_SLEEP_S = {"poll": 5e-4, "poll-fine": WAIT_MAX_SLEEP_S}
-STRATEGIES = (*MAX_SLEEP_S, "block")
+STRATEGIES = ("poll-500us", "poll-50us", "poll-20us", "poll-10us", "block")
 
 
-def measure(strategy: str, num_params: int, rounds: int, late_s: float) -> dict | None:
+def poll_cap_s(strategy: str) -> float | None:
+    """The longest sleep of a ``poll-<N>us`` strategy in seconds; None for ``block``."""
+    if strategy == "block":
+        return None
+    if strategy.startswith("poll-") and strategy.endswith("us"):
+        return float(strategy[5:-2]) / 1e6
+    raise ValueError(f"strategy {strategy!r}: expected poll-<N>us or block")
+
+
+def measure(strategy: str, num_params: int, rounds: int, late_s: float,
+            slack_ns: int = TIMER_SLACK_NS) -> dict | None:
     """This rank's part of one point; rank 0 returns the point's figures (others None)."""
     t = MpiTransport("mpi")  # MPICH's own algorithms, as when these figures were first taken
+    precise_sleeps(slack_ns)
     group = t.split(True)
     assert group is not None, "every rank is a member"
     counts = shard_counts(num_params, group.size)
     grad = np.ones(num_params, np.float32)
     part = np.zeros(counts[group.rank], np.float32)
     theta = np.zeros(num_params, np.float32)
+    cap_s = poll_cap_s(strategy)
 
     def wait(request: MpiRequest) -> None:
-        if strategy in MAX_SLEEP_S:
-            wait_until(request.test, max_sleep_s=MAX_SLEEP_S[strategy])
+        if cap_s is not None:
+            wait_until(request.test, max_sleep_s=cap_s)
         else:
             request.wait()
 
@@ -87,17 +104,20 @@ def measure(strategy: str, num_params: int, rounds: int, late_s: float) -> dict 
     waiting = every.reshape(group.size, 2)[1:, 1]
     return {"ranks": group.size, "strategy": strategy, "params": num_params,
             "step_ms": round(1000 * float(every[0]), 3),
-            "wait_cpu": round(float(np.mean(waiting)), 3), "late_ms": 1000 * late_s}
+            "wait_cpu": round(float(np.mean(waiting)), 3), "late_ms": 1000 * late_s,
+            "timer_slack_ns": slack_ns}
 
 
-def run_point(ranks: int, strategy: str, num_params: int, rounds: int, late_ms: float) -> dict:
+def run_point(ranks: int, strategy: str, num_params: int, rounds: int, late_ms: float,
+              slack_ns: int = TIMER_SLACK_NS) -> dict:
     """One point: ``mpiexec -n RANKS`` of this module (with ``DBA3C_MPIEXEC_ARGS`` as
     ``dba3c launch`` takes them, e.g. the emulated cluster's hosts); the figures rank 0
     printed."""
     extra = shlex.split(os.environ.get("DBA3C_MPIEXEC_ARGS", ""))
     cmd = [find_mpiexec(), *extra, "-n", str(ranks), sys.executable, "-m",
            "dba3c.launchers.waiting", "--rank-of-point", strategy, "--params",
-           str(num_params), "--rounds", str(rounds), "--late-ms", str(late_ms)]
+           str(num_params), "--rounds", str(rounds), "--late-ms", str(late_ms),
+           "--timer-slack-ns", str(slack_ns)]
     env = dict(os.environ, MPIR_CVAR_CH4_CMA_ENABLE="1")  # as `dba3c launch` sets it
     load = os.getloadavg()[0]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True,
@@ -106,8 +126,8 @@ def run_point(ranks: int, strategy: str, num_params: int, rounds: int, late_ms: 
 
 
 def waiting_table(points: list[dict]) -> str:
-    """The Markdown table of the points: per W, both strategies side by side."""
-    strategies = [s for s in STRATEGIES if any(p["strategy"] == s for p in points)]
+    """The Markdown table of the points: per W, the strategies side by side."""
+    strategies = list(dict.fromkeys(p["strategy"] for p in points))
     lines = ["| ranks | " + " | ".join(f"step ms, {s}" for s in strategies) + " | "
              + " | ".join(f"waiting CPU, {s}" for s in strategies) + " | load |",
              "|---|" + "---|" * (2 * len(strategies) + 1)]
@@ -120,24 +140,37 @@ def waiting_table(points: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Measure every point of ``--ranks`` x {poll, block}; print the table and the points."""
+    """Measure every point of ``--ranks`` x ``--strategies``; print the table and the
+    points."""
     p = argparse.ArgumentParser(prog="python -m dba3c.launchers.waiting",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", default="2,4,8", help="comma-separated numbers of ranks")
+    p.add_argument("--strategies", default=",".join(STRATEGIES),
+                   help="comma-separated poll-<N>us (sleeps of at most N us) or block")
     p.add_argument("--params", type=int, default=PAPER_PARAMS, help="float32 per vector")
     p.add_argument("--rounds", type=int, default=50, help="collectives per measurement")
     p.add_argument("--late-ms", type=float, default=20.0, help="rank 0's delay per round")
-    p.add_argument("--rank-of-point", choices=STRATEGIES, help=argparse.SUPPRESS)
+    p.add_argument("--timer-slack-ns", type=int, default=TIMER_SLACK_NS,
+                   help="the ranks' timer slack (Linux's default: 50000)")
+    p.add_argument("--rank-of-point", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.rank_of_point:  # one rank under mpiexec
-        point = measure(args.rank_of_point, args.params, args.rounds, args.late_ms / 1000)
+        point = measure(args.rank_of_point, args.params, args.rounds, args.late_ms / 1000,
+                        args.timer_slack_ns)
         if point is not None:
             print(json.dumps(point), flush=True)
         return 0
+    strategies = args.strategies.split(",")
+    for strategy in strategies:
+        try:
+            poll_cap_s(strategy)
+        except ValueError as e:
+            p.error(str(e))
     points = []
     for ranks in (int(x) for x in args.ranks.split(",")):
-        for strategy in STRATEGIES:
-            points.append(run_point(ranks, strategy, args.params, args.rounds, args.late_ms))
+        for strategy in strategies:
+            points.append(run_point(ranks, strategy, args.params, args.rounds, args.late_ms,
+                                    args.timer_slack_ns))
             print(json.dumps(points[-1]), file=sys.stderr, flush=True)
     print(waiting_table(points))
     return 0
