@@ -79,7 +79,9 @@ class ShardServer:
     dropped and counted. async: every gradient is applied on arrival; its staleness
     (version now - version it was computed at) is recorded.
     A non-finite mean gradient is not applied: parameters and optimizer state stay as they
-    are, the version still advances, and the streak of such skips is counted.
+    are, the version still advances, and the streak of such skips is counted. The sync sum
+    is kept in float64, so the mean (rounded once to float32) does not depend on the order
+    in which the workers' gradients arrived.
 
     ``optimizer`` (:func:`dba3c.optim.make_optimizer`) is the update rule and its schedule;
     the step it sees is the shard's version. ``adam`` holds the optimizer's statistics,
@@ -91,8 +93,8 @@ class ShardServer:
         self.theta_shard, self.adam, self.version = theta_shard, adam, version
         self.mode, self.replicas, self.optimizer = mode, replicas, optimizer
         # only a shard that averages several gradients per step needs a running sum
-        self._sum = (np.zeros_like(theta_shard) if mode == "sync" and replicas > 1
-                     else None)
+        n = theta_shard.size if mode == "sync" and replicas > 1 else 0
+        self._sum, self._mean = np.zeros(n, np.float64), np.empty(n, np.float32)
         self._count = 0
         self._scratch = np.empty((2, theta_shard.size), np.float32)
         self.nonfinite_streak = 0
@@ -118,8 +120,8 @@ class ShardServer:
         self._count += 1
         if self._count < self.replicas:
             return False
-        self._sum /= np.float32(self._count)
-        self._apply(self._sum)
+        np.divide(self._sum, self._count, out=self._mean, casting="same_kind")
+        self._apply(self._mean)
         self._sum[:] = 0.0
         self._count = 0
         return True

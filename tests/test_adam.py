@@ -104,6 +104,31 @@ def _server(n=5, mode="sync", replicas=3, version=0):
                        optimizer=PAPER_ADAM)
 
 
+def test_sync_mean_is_the_same_bits_whatever_order_the_gradients_arrive_in():
+    # a parameter server takes gradients in the order they arrive over the network: 16 of
+    # them summed in float32 give a different last bit in some order for most elements
+    rng = np.random.default_rng(7)
+    grads = [(rng.standard_normal(4000) * 10.0 ** rng.integers(-4, 1, 4000)).astype(np.float32)
+             for _ in range(16)]
+    orders = [list(range(16)), list(range(15, -1, -1)), list(rng.permutation(16))]
+    float32_sums = [np.add.reduce([grads[i] for i in order], dtype=np.float32)
+                    for order in orders]
+    assert not np.array_equal(float32_sums[0], float32_sums[1])  # order matters in float32
+    thetas = []
+    for order in orders:
+        srv = _server(n=4000, replicas=16)
+        for i in order:
+            srv.offer(0, grads[i])
+        thetas.append(srv.theta_shard)
+    assert srv.version == 1
+    for theta in thetas[1:]:
+        np.testing.assert_array_equal(theta, thetas[0])
+    ref, ref_state = _server(n=4000, replicas=1).theta_shard, AdamState.zeros(4000)
+    mean = np.mean(np.stack(grads).astype(np.float64), axis=0).astype(np.float32)
+    adam_update(ref, mean, ref_state, **PAPER)
+    np.testing.assert_array_equal(thetas[0], ref)
+
+
 def test_sync_applies_adam_of_the_mean_of_replicas_gradients():
     srv = _server()
     theta0 = srv.theta_shard.copy()
