@@ -180,7 +180,7 @@ class DistConfig:
     poll_max_ms: float = _opt(0.5, _between(0, 1000, lo_open=True),
                               "longest sleep between two polls of a waiting worker or "
                               "parameter server, ms (dba3c bench --scale: x its time scale)")
-    collective_poll_us: float = _opt(20.0, _between(0, 1_000_000, lo_open=True),
+    collective_poll_us: float = _opt(50.0, _between(0, 1_000_000, lo_open=True),
                                      "longest sleep between two polls of a rank waiting in "
                                      "a collective, us (dist.aggregation=collective; "
                                      "dba3c bench --scale: x its time scale)")

@@ -15,7 +15,7 @@ One synchronous step t, in :meth:`CollectiveClient.push`:
   3. an allgather of the updated shards: every rank holds theta_{t+1} and trains on it.
 
 While a rank waits in a collective its actor thread keeps simulating (``dba3c.worker``);
-waiting polls the requests with sleeps of at most ``dist.collective_poll_us`` (20 us,
+waiting polls the requests with sleeps of at most ``dist.collective_poll_us`` (50 us,
 ``WAIT_MAX_SLEEP_S``; :func:`~dba3c.transport.wait_until`; the rank's sleeps end on time,
 :func:`~dba3c.transport.precise_sleeps`), so a waiting rank does not spin a core. The sleeps
 are shorter than elsewhere because a nonblocking collective advances from one round of its
