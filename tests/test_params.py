@@ -8,7 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from dba3c.params import ParamLayout, flatten, shard_bounds, unflatten
+from dba3c.params import (
+    ParamLayout,
+    ShardPlan,
+    flatten,
+    layer_buckets,
+    shard_bounds,
+    unflatten,
+)
 
 # Shapes chosen so that every tensor has a different size: 2*3*4 = 24, 5, 1 (scalar), 7*1 = 7
 LAYOUT = ParamLayout(("conv/kernel", "conv/bias", "scalar", "fc/kernel"),
@@ -153,3 +160,44 @@ def test_shard_bounds_contiguous_cover_and_balanced(n, k):
 def test_shard_bounds_rejects_impossible_splits(n, k):
     with pytest.raises(ValueError, match="shards"):
         shard_bounds(n, k)
+
+
+def test_layer_buckets_one_per_layer_with_the_heads_in_the_last():
+    layout = ParamLayout(("conv0/kernel", "conv2/kernel", "fc4/kernel", "fc4/bias",
+                          "policy/kernel", "policy/bias", "value/kernel", "value/bias"),
+                         ((2, 3), (4,), (5, 2), (2,), (2, 3), (3,), (2, 1), (1,)))
+    # offsets by hand: 0, 6, 10, 20, 22, 28, 31, 33
+    assert layer_buckets(layout) == (0, 6, 10)
+
+
+def test_shard_plan_pieces_by_hand():
+    # buckets [0, 5) and [5, 12) over 3 shards: 5 -> 2, 2, 1; 7 -> 3, 2, 2
+    plan = ShardPlan(12, 3, (0, 5))
+    assert plan.counts(0) == [2, 2, 1] and plan.counts(1) == [3, 2, 2]
+    assert plan.pieces(0) == [(0, 2), (5, 8)]
+    assert plan.pieces(1) == [(2, 4), (8, 10)]
+    assert plan.pieces(2) == [(4, 5), (10, 12)]
+    assert plan.sizes == [5, 4, 3]
+    assert plan.piece_offsets(1) == [0, 2]
+    flat = np.arange(12, dtype=np.float32)
+    assert plan.shard_of(flat, 1).tolist() == [2, 3, 8, 9]
+
+
+def test_shard_plan_flat_chunks_put_the_shards_back_together():
+    rng = np.random.default_rng(0)
+    flat = rng.normal(size=101).astype(np.float32)
+    plan = ShardPlan(101, 7, (0, 3, 40, 41))  # one bucket shorter than the shard count
+    shards = [plan.shard_of(flat, w) for w in range(7)]
+    assert sum(s.size for s in shards) == 101
+    np.testing.assert_array_equal(np.concatenate(plan.flat_chunks(shards)), flat)
+
+
+def test_shard_plan_with_one_bucket_is_shard_bounds():
+    plan = ShardPlan(10, 4)
+    assert [plan.pieces(w)[0] for w in range(4)] == shard_bounds(10, 4)
+
+
+def test_shard_plan_rejects_bad_bucket_starts():
+    for starts in ((1, 4), (0, 4, 4), (0, 12), ()):
+        with pytest.raises(ValueError, match="bucket starts"):
+            ShardPlan(12, 3, starts)
