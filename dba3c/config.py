@@ -184,6 +184,11 @@ class DistConfig:
                                      "longest sleep between two polls of a rank waiting in "
                                      "a collective, us (dist.aggregation=collective; "
                                      "dba3c bench --scale: x its time scale)")
+    collective_overlap: bool = _opt(True, None, "hide communication behind compute: the "
+                                    "gradient leaves layer by layer during the backward pass "
+                                    "and the next forward pass starts on the layers already "
+                                    "gathered (dist.aggregation=collective; off with "
+                                    "train.grad_clip_mode=global_norm)")
     collective_algorithm: str = _opt("recursive", _one_of("recursive", "mpi"),
                                       "recursive: reduce-scatter by recursive halving and "
                                       "allgather by recursive doubling, log2 W rounds each "

@@ -47,6 +47,44 @@ class ParameterClient(Protocol):
         to train on next, or None when the run is over."""
 
 
+class Incoming(Protocol):
+    """The parameters of the next version, arriving bucket by bucket
+    (:class:`StagedClient`)."""
+
+    version: int
+    nonfinite_streak: int
+
+    def wait(self, bucket: int) -> np.ndarray:
+        """Bucket ``bucket`` of theta (flat, float32), once it has arrived."""
+
+    def params(self) -> Params:
+        """Every bucket, once all have arrived."""
+
+
+class StagedClient(ParameterClient, Protocol):
+    """A parameter store that takes a gradient bucket by bucket (``dba3c.params.ShardPlan``
+    buckets, offered as the backward pass makes them: the last bucket first) and hands the
+    next parameters out bucket by bucket (bucket 0 first), so communication overlaps the
+    backward pass and the next forward pass (``dist.aggregation: collective``)."""
+
+    num_buckets: int
+
+    def offer(self, version: int, bucket: int, grad_bucket: np.ndarray) -> None:
+        """Bucket ``bucket`` of the gradient computed at ``version``; keep ``grad_bucket``
+        unchanged until :meth:`finish` returned."""
+
+    def progress(self) -> None:
+        """Let communication in flight advance (called often, from a helper thread)."""
+
+    def finish(self) -> Incoming | None:
+        """Once every bucket was offered: the step applied, the next parameters on their
+        way (None when the run is over for this rank)."""
+
+    @property
+    def stopping(self) -> bool:
+        """The step :meth:`finish` returned is the last one."""
+
+
 class EvalSchedule:
     """Every ``every`` global steps (never when 0) the parameters at that step go to
     ``submit(step, theta)``: to an in-process evaluator, or as a snapshot to the evaluator

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dba3c.errors import UserError
+from dba3c.params import ParamLayout, ShardPlan, layer_buckets
 
 if TYPE_CHECKING:
     from dba3c.config import Config
@@ -110,3 +111,20 @@ def make_roles(world_size: int, cfg: Config) -> Roles:
     first_worker = 1 + cfg.dist.ps + (1 if cfg.eval.rank else 0)
     workers = ((0,) if cfg.dist.chief_trains else ()) + tuple(range(first_worker, world_size))
     return Roles(world_size, ps, workers, evaluator, replicas, cfg.dist.aggregation)
+
+
+def overlaps(cfg: Config) -> bool:
+    """Whether collective aggregation overlaps communication with compute
+    (``dist.collective_overlap``): not when the gradient is clipped by its global norm, which
+    needs every bucket before any can leave."""
+    global_clip = cfg.train.grad_clip > 0 and cfg.train.grad_clip_mode == "global_norm"
+    return cfg.dist.collective_overlap and not global_clip
+
+
+def make_shard_plan(cfg: Config, layout: ParamLayout, num_shards: int) -> ShardPlan:
+    """How the shards' owners cut the vector: with overlapping collective aggregation, one
+    bucket per layer (:func:`~dba3c.params.layer_buckets`, each shard an equal share of
+    each); otherwise contiguous shards."""
+    if cfg.dist.aggregation == "collective" and overlaps(cfg):
+        return ShardPlan(layout.num_params, num_shards, layer_buckets(layout))
+    return ShardPlan(layout.num_params, num_shards)

@@ -108,6 +108,29 @@ def wait_until(done: Callable[[], bool], idle: Callable[[], None] | None = None,
         sleep = min(sleep * 2, max_sleep_s)
 
 
+class Poller:
+    """Calls ``poll`` every ``period_s`` on a daemon thread, inside a ``with`` block: lets
+    nonblocking communication advance while the calling thread computes (MPI advances a
+    nonblocking collective only inside an MPI call)."""
+
+    def __init__(self, poll: Callable[[], None], period_s: float):
+        self.poll, self.period_s = poll, period_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="poller", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self.poll()
+
+    def __enter__(self) -> Poller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 PR_SET_TIMERSLACK, PR_GET_TIMERSLACK = 29, 30  # prctl(2) options (linux/prctl.h)
 TIMER_SLACK_NS = 1000  # how late a sleep may end: Linux's default is 50 us
 

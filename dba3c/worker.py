@@ -19,20 +19,24 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dba3c.config import Config
-from dba3c.core import ParameterClient, Params
+from dba3c.core import Incoming, ParameterClient, Params, StagedClient
 from dba3c.dist.report import Losses, Seconds, WorkerReport
 from dba3c.envs import EnvPool, ScoreTracker
 from dba3c.errors import TrainingError
-from dba3c.faults import with_faults
+from dba3c.faults import non_finite_due, with_faults, with_rank_faults
 from dba3c.profiling import Laps, WorkerLaps
 from dba3c.rl import sample_actions
 from dba3c.rollout import Batch, RolloutAssembler
+from dba3c.transport import Poller
 
 if TYPE_CHECKING:  # TensorFlow: synthetic-compute workers (dba3c.synthetic) import none
     from dba3c.learner import Learner
     from dba3c.models import NetSpec
 
 AfterStep = Callable[[Params, WorkerReport], bool]
+StagedStep = tuple[Batch, Callable[[int], None], Callable[[int, np.ndarray], None]]
+"""A mini-batch and the staged gradient's hooks: before stage b's forward pass, after
+bucket b's gradient (:meth:`Worker.train_staged`)."""
 
 
 class Actor(threading.Thread):
@@ -133,19 +137,15 @@ class Worker:
         self.t_compute = self.t_wait_data = self.t_wait_params = 0.0
         self._next_batch = self._synthetic_batch if self.actor is None else self._actor_batch
         self._gradient = with_faults(cfg.debug, rank, self._compute_gradient)
+        self._staged = with_rank_faults(cfg.debug, rank, self._compute_staged)
 
     def train(self, client: ParameterClient, after_step: AfterStep) -> Params | None:
         """Train until the store ends the run (push returns None) or ``after_step`` returns
         True. Returns the last parameters received (None if the store ended the run)."""
-        params = client.pull()
-        if self.cfg.train.reached_max_steps(params.version):  # a finished run started again
-            self.stop()
+        params = self._start(client)
+        if self.cfg.train.reached_max_steps(params.version):
             return params
-        self.learner.set_params(params.theta, params.version)
-        if self.actor is not None:
-            self.actor.start()
         lap = self.laps.trainer.lap
-        self.laps.trainer.start()
         try:
             while True:
                 batch = self._next_batch(params.version)
@@ -158,11 +158,7 @@ class Worker:
                 lap("push")  # Adam in one process, the round trip to the PS otherwise
                 if new is None:
                     return None
-                if new.nonfinite_streak >= self.cfg.train.max_nonfinite:
-                    raise TrainingError(
-                        f"{new.nonfinite_streak} consecutive updates had a non-finite "
-                        f"gradient (train.max_nonfinite={self.cfg.train.max_nonfinite}); "
-                        f"stopped at step {new.version}, the last checkpoint is intact")
+                self._check_streak(new.nonfinite_streak, new.version)
                 lag = float(params.version - batch.version.mean())  # updates since acting
                 params = new
                 self.learner.set_params(params.theta, params.version)
@@ -171,6 +167,80 @@ class Worker:
                 lap("after step (report, metrics, checkpoints)")
                 if done:
                     return params
+        finally:
+            self.stop()
+
+    def _start(self, client: ParameterClient) -> Params:
+        """The first parameters loaded and the actor started (unless the run is over: a
+        finished run started again)."""
+        params = client.pull()
+        if self.cfg.train.reached_max_steps(params.version):
+            self.stop()
+            return params
+        self.learner.set_params(params.theta, params.version)
+        if self.actor is not None:
+            self.actor.start()
+        self.laps.trainer.start()
+        return params
+
+    def _check_streak(self, nonfinite_streak: int, version: int) -> None:
+        if nonfinite_streak >= self.cfg.train.max_nonfinite:
+            raise TrainingError(
+                f"{nonfinite_streak} consecutive updates had a non-finite "
+                f"gradient (train.max_nonfinite={self.cfg.train.max_nonfinite}); "
+                f"stopped at step {version}, the last checkpoint is intact")
+
+    def train_staged(self, client: StagedClient, after_step: AfterStep) -> Params | None:
+        """:meth:`train` with communication hidden behind compute. The backward pass hands
+        each bucket of the gradient to ``client`` as soon as it is made (last layer first);
+        the next forward pass runs each layer as soon as its bucket of the new parameters
+        arrived; a :class:`~dba3c.transport.Poller` thread lets the communication advance
+        meanwhile. So step t's ``after_step`` runs once theta_{t+1} has wholly arrived,
+        during step t+1's forward pass; whether to stop is the client's to say
+        (``client.stopping``, the same on every rank), so ``after_step``'s answer is not
+        needed. Returns as :meth:`train`."""
+        params = self._start(client)
+        if self.cfg.train.reached_max_steps(params.version):
+            return params
+        lap = self.laps.trainer.lap
+        arriving: Incoming | None = None
+        report = self.report({}, 0.0)
+
+        def before_forward(bucket: int) -> None:
+            if arriving is not None:
+                t0 = time.perf_counter()
+                theta_bucket = arriving.wait(bucket)
+                self.t_wait_params += time.perf_counter() - t0
+                self.learner.assign_bucket(bucket, theta_bucket)
+
+        try:
+            with Poller(client.progress, self.cfg.dist.collective_poll_s):
+                while True:
+                    batch = self._next_batch(params.version)
+                    lap("wait data")
+                    version = params.version if arriving is None else arriving.version
+                    after_backward = offering(client, version,
+                                              non_finite_due(self.cfg.debug, version))
+                    losses = self._staged((batch, before_forward, after_backward), version)
+                    lap("gradient (and the parameters of its forward pass)")
+                    if arriving is not None:  # theta_version has wholly arrived
+                        params = arriving.params()
+                        self.learner.set_params(params.theta, params.version)
+                        after_step(params, report)
+                        lap("after step (report, metrics, checkpoints)")
+                    t0 = time.perf_counter()
+                    arriving = client.finish()
+                    self.t_wait_params += time.perf_counter() - t0
+                    lap("push")
+                    if arriving is None:
+                        return None
+                    self._check_streak(arriving.nonfinite_streak, arriving.version)
+                    report = self.report(losses, float(version - batch.version.mean()))
+                    if client.stopping:
+                        params = arriving.params()
+                        self.learner.set_params(params.theta, params.version)
+                        after_step(params, report)
+                        return params
         finally:
             self.stop()
 
@@ -212,6 +282,23 @@ class Worker:
         self.data_points += len(batch)
         return grad, losses
 
+    def _compute_staged(self, step: StagedStep, version: int) -> dict:
+        """The staged gradient step, timed as compute (waits for parameters included) and
+        counted."""
+        batch = step[0]
+        t0 = time.perf_counter()
+        losses = self._staged_gradient_of(*step, version)
+        self.t_compute += time.perf_counter() - t0
+        self.data_points += len(batch)
+        return losses
+
+    def _staged_gradient_of(self, batch: Batch, before_forward: Callable[[int], None],
+                            after_backward: Callable[[int, np.ndarray], None],
+                            version: int) -> dict:
+        """The learner's staged gradient (``version``: for synthetic gradients)."""
+        return self.learner.staged_gradient(batch.obs, batch.a, batch.R, before_forward,
+                                            after_backward)
+
     def _gradient_of(self, batch: Batch, version: int) -> tuple[np.ndarray, dict]:
         """The learner's gradient and losses on ``batch``; NaN everywhere if not finite."""
         grad, losses = self.learner.gradient(batch.obs, batch.a, batch.R)
@@ -233,6 +320,16 @@ class Worker:
                             wait_params=self.t_wait_params,
                             predict=actor.t_predict if actor else 0.0,
                             emulate=actor.t_emulate if actor else 0.0))
+
+
+def offering(client: StagedClient, version: int,
+             poison: bool) -> Callable[[int, np.ndarray], None]:
+    """The staged gradient's ``after_backward``: each bucket to ``client`` as gradient of
+    ``version``; ``poison`` makes them non-finite (``debug.nan_at_step``: every shard skips
+    the step)."""
+    def after_backward(bucket: int, g_bucket: np.ndarray) -> None:
+        client.offer(version, bucket, np.full_like(g_bucket, np.nan) if poison else g_bucket)
+    return after_backward
 
 
 def synthetic_batch(spec: NetSpec, batch_size: int, key: tuple) -> Batch:

@@ -30,11 +30,11 @@ import pytest
 from dba3c.adam import AdamState
 from dba3c.config import DistConfig
 from dba3c.core import LocalParameterServer, ShardServer
-from dba3c.dist.collective import CollectiveClient, shard_counts
+from dba3c.dist.collective import CollectiveClient
 from dba3c.launchers.local import find_mpiexec
 from dba3c.models import NetSpec
 from dba3c.optim import make_optimizer
-from dba3c.params import shard_bounds
+from dba3c.params import ShardPlan
 from dba3c.roles import make_roles
 from dba3c.transport import (
     PR_GET_TIMERSLACK,
@@ -204,17 +204,18 @@ STEPS = 20
 THETA0 = np.linspace(-1, 1, N).astype(np.float32)
 
 
-def collective_world(cfg, num_ranks: int, gradient) -> list[list]:
+def collective_world(cfg, num_ranks: int, gradient, buckets=(0,)) -> list[list]:
     """``num_ranks`` training ranks as threads, each pushing ``gradient(group_rank, version)``
-    until ``train.max_steps``; every rank's received Params and its final shard."""
-    counts = shard_counts(N, num_ranks)
+    until ``train.max_steps`` (the vector cut into ``buckets``, :class:`ShardPlan`); every
+    rank's received Params and its final shard."""
+    plan = ShardPlan(N, num_ranks, buckets)
 
     def rank_loop(transport) -> tuple[list, ShardServer]:
         group = transport.split(True)
-        lo, hi = shard_bounds(N, num_ranks)[group.rank]
-        shard = ShardServer(THETA0[lo:hi].copy(), AdamState.zeros(hi - lo), 0, mode="sync",
+        theta_shard = plan.shard_of(THETA0, group.rank)
+        shard = ShardServer(theta_shard, AdamState.zeros(theta_shard.size), 0, mode="sync",
                             replicas=1, optimizer=make_optimizer(cfg))
-        client = CollectiveClient(group, shard, counts, cfg.train, chief=group.rank == 0,
+        client = CollectiveClient(group, shard, plan, cfg.train, chief=group.rank == 0,
                                   wants_stop=lambda: False)
         received = [client.pull()]
         while not client.stopping:
@@ -251,12 +252,16 @@ def test_one_rank_equals_the_single_process_store_bit_for_bit():
 SUMMATION_TOL = 1e-6
 
 
-def test_w_ranks_equal_w_workers_and_p_parameter_servers_within_summation_tolerance():
+BUCKETS = [(0,), (0, 2, N // 2)]  # contiguous shards; three buckets (one shorter than W)
+
+
+@pytest.mark.parametrize("buckets", BUCKETS)
+def test_w_ranks_equal_w_workers_and_p_parameter_servers_within_summation_tolerance(buckets):
     cfg = make_cfg(workers=3, ps=2, max_steps=STEPS)
     ps_workers = make_roles(6, cfg).workers  # (3, 4, 5): gradients keyed by these ranks
     chief, ps_received = run_world(cfg, train_loop(), THETA0)
     theta_ps, m_ps, v_ps, count_ps = chief.checkpoints[STEPS]
-    ranks = collective_world(cfg, 3, lambda r, v: grad_of(ps_workers[r], v))
+    ranks = collective_world(cfg, 3, lambda r, v: grad_of(ps_workers[r], v), buckets)
     for received, _ in ranks:
         assert [p.version for p in received] == list(range(STEPS + 1))
         for got, want in zip(received, ps_received[ps_workers[0]]):
@@ -264,14 +269,16 @@ def test_w_ranks_equal_w_workers_and_p_parameter_servers_within_summation_tolera
                                        atol=SUMMATION_TOL)
     theta = ranks[0][0][-1].theta
     np.testing.assert_allclose(theta, theta_ps, rtol=SUMMATION_TOL, atol=SUMMATION_TOL)
-    m = np.concatenate([shard.adam.m_shard for _, shard in ranks])
-    v = np.concatenate([shard.adam.v_shard for _, shard in ranks])
+    plan = ShardPlan(N, 3, buckets)
+    m = np.concatenate(plan.flat_chunks([shard.adam.m_shard for _, shard in ranks]))
+    v = np.concatenate(plan.flat_chunks([shard.adam.v_shard for _, shard in ranks]))
     np.testing.assert_allclose(m, m_ps, rtol=SUMMATION_TOL, atol=SUMMATION_TOL)
     np.testing.assert_allclose(v, v_ps, rtol=SUMMATION_TOL, atol=SUMMATION_TOL)
     assert {shard.adam.count for _, shard in ranks} == {count_ps} == {STEPS}
 
 
-def test_one_ranks_non_finite_gradient_makes_every_shard_skip_the_same_step():
+@pytest.mark.parametrize("buckets", BUCKETS)
+def test_one_ranks_non_finite_gradient_makes_every_shard_skip_the_same_step(buckets):
     cfg = make_cfg(workers=3, ps=1, max_steps=6)
     poisoned = {(2, 3)}  # group rank 2 at version 3 only: one shard's mean would stay finite
 
@@ -281,7 +288,7 @@ def test_one_ranks_non_finite_gradient_makes_every_shard_skip_the_same_step():
             g[-1] = np.inf  # the last shard's element only
         return g
 
-    ranks = collective_world(cfg, 3, gradient)
+    ranks = collective_world(cfg, 3, gradient, buckets)
     for received, shard in ranks:
         assert [p.nonfinite_streak for p in received] == [0, 0, 0, 0, 1, 0, 0]
         assert shard.stats.nonfinite_skipped == 1 and shard.adam.count == 5

@@ -21,7 +21,7 @@ from dba3c.dist.wire import (
     StatusMsg,
 )
 from dba3c.errors import TrainingError
-from dba3c.params import shard_bounds
+from dba3c.params import ShardPlan
 from dba3c.roles import Roles
 from dba3c.transport import ANY_SOURCE, Transport
 from dba3c.watchdog import StallClock, stalled_ranks
@@ -59,13 +59,14 @@ class ChiefInbox:
                 self.chief.on_eval(result.step, list(result.scores))
 
 
-def save_shards(chief: Chief, ordered: list[StateMsg]) -> None:
+def save_shards(chief: Chief, plan: ShardPlan, ordered: list[StateMsg]) -> None:
     """The checkpoint of the shards' states at one version (in shard order), unless the run
     started from that version."""
     version = ordered[0].version
     if version > chief.start_step:
-        chief.save_checkpoint(version, [s.theta_shard for s in ordered],
-                              [s.m_shard for s in ordered], [s.v_shard for s in ordered],
+        chief.save_checkpoint(version, plan.flat_chunks([s.theta_shard for s in ordered]),
+                              plan.flat_chunks([s.m_shard for s in ordered]),
+                              plan.flat_chunks([s.v_shard for s in ordered]),
                               ordered[0].adam_count)
 
 
@@ -74,14 +75,14 @@ class ChiefLink:
 
     def __init__(self, t: Transport, roles: Roles, cfg: Config, chief: Chief, num_params: int):
         self.t, self.roles, self.cfg, self.chief = t, roles, cfg, chief
-        self.bounds = shard_bounds(num_params, len(roles.ps))
+        self.plan = ShardPlan(num_params, len(roles.ps))
         self.sender = Sender(t)
         self.clock = StallClock(cfg.dist.stall_timeout, time.monotonic())
         self.inbox = ChiefInbox(t, roles, cfg, chief, self.clock)
         self.final_reports = self.inbox.final_reports
         self.infos = {p: Inbox(t, p, InfoMsg, InfoMsg.SIZE) for p in roles.ps}
-        self.states = {p: Inbox(t, p, StateMsg, StateMsg.size(hi - lo))
-                       for p, (lo, hi) in zip(roles.ps, self.bounds)}
+        self.states = {p: Inbox(t, p, StateMsg, StateMsg.size(n))
+                       for p, n in zip(roles.ps, self.plan.sizes)}
         self.replies = {p: Inbox(t, p, ControlMsg, ControlMsg.SIZE) for p in roles.ps}
         self.statuses = {p: Inbox(t, p, StatusMsg, StatusMsg.size(roles.num_workers))
                          for p in roles.ps}
@@ -95,7 +96,7 @@ class ChiefLink:
 
     def send_init(self, step: int, theta: np.ndarray, adam: AdamState) -> None:
         """Hand every PS its shard of the starting parameters and Adam state."""
-        for p, state in zip(self.roles.ps, StateMsg.start_shards(step, theta, adam, self.bounds)):
+        for p, state in zip(self.roles.ps, StateMsg.start_shards(step, theta, adam, self.plan)):
             self.sender.post(state, [p])
 
     @property
@@ -170,7 +171,7 @@ class ChiefLink:
         shards = self.pending_state[msg.version]
         if len(shards) < len(self.roles.ps):
             return
-        save_shards(self.chief, [shards[p] for p in self.roles.ps])
+        save_shards(self.chief, self.plan, [shards[p] for p in self.roles.ps])
         del self.pending_state[msg.version]
 
     def _stop_protocol(self) -> None:

@@ -38,6 +38,7 @@ timeout gives up itself, naming the chief.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -64,11 +65,11 @@ from dba3c.dist.wire import (
 )
 from dba3c.errors import TrainingError
 from dba3c.models import NetSpec
-from dba3c.params import shard_bounds
-from dba3c.roles import Roles
+from dba3c.params import ShardPlan
+from dba3c.roles import Roles, make_shard_plan, overlaps
 from dba3c.transport import Collectives, Request, Transport, wait_until
 from dba3c.watchdog import StallClock
-from dba3c.worker import Worker
+from dba3c.worker import AfterStep, Worker
 
 if TYPE_CHECKING:
     from dba3c.chief import Chief
@@ -91,13 +92,34 @@ class Throttled:
             self.fn()
 
 
+class Arriving:
+    """theta_{t+1} arriving bucket by bucket (:class:`~dba3c.core.Incoming`): one allgather
+    per bucket into the client's theta buffer, bucket 0 posted first."""
+
+    def __init__(self, client: CollectiveClient, requests: list[Request]):
+        self.client, self.requests = client, requests
+        self.version = client.shard.version
+        self.nonfinite_streak = client.shard.nonfinite_streak
+
+    def wait(self, bucket: int) -> np.ndarray:
+        """Bucket ``bucket`` of theta (a view of the client's buffer)."""
+        self.client.wait(self.requests[bucket])
+        lo, hi = self.client.plan.bucket_bounds(bucket)
+        return self.client.theta[lo:hi]
+
+    def params(self) -> Params:
+        """The whole of theta_{t+1} (a copy)."""
+        self.client.wait(*self.requests)
+        return Params(self.version, self.client.theta.copy(), self.nonfinite_streak)
+
+
 class CollectiveClient:
-    """A training rank's :class:`~dba3c.core.ParameterClient` in collective aggregation.
+    """A training rank's :class:`~dba3c.core.StagedClient` in collective aggregation.
 
     Args:
       group: the training ranks' collectives; group rank = index of this rank's shard.
       shard: this rank's shard of theta and its Adam state (sync, one gradient: the mean).
-      counts: every shard's length, in group-rank order.
+      plan: how the vector is cut into buckets and shards (:func:`~dba3c.roles.make_shard_plan`).
       train: ``train.max_steps`` (every rank stops there) and ``train.max_nonfinite``.
       chief: on the chief a streak of ``train.max_nonfinite`` skipped steps is returned (the
         worker loop raises the error); the other ranks, which reach it at the same step, end
@@ -105,55 +127,116 @@ class CollectiveClient:
       wants_stop: asked at each step (the chief's stop request).
       idle: called while waiting, at most every ``IDLE_EVERY_S`` (the chief's bookkeeping,
         answering QUERY).
+
+    Buckets are offered last first (the order the backward pass makes them) and gathered
+    first first; every rank starts the same collectives in the same order. MPI requests are
+    tested under a lock: :meth:`progress` runs on a helper thread while the trainer computes.
     """
 
-    def __init__(self, group: Collectives, shard: ShardServer, counts: list[int],
+    def __init__(self, group: Collectives, shard: ShardServer, plan: ShardPlan,
                  train: TrainConfig, *, chief: bool, wants_stop: Callable[[], bool],
                  idle: Callable[[], None] | None = None,
                  max_sleep_s: float = WAIT_MAX_SLEEP_S):
-        self.group, self.shard, self.counts, self.train = group, shard, counts, train
+        self.group, self.shard, self.plan, self.train = group, shard, plan, train
         self.max_sleep_s = max_sleep_s
         self.chief, self.wants_stop = chief, wants_stop
         self.idle = None if idle is None else Throttled(idle, IDLE_EVERY_S)
-        self.theta = np.zeros(sum(counts), np.float32)
-        self._part = np.zeros(counts[group.rank], np.float32)
+        self.num_buckets = plan.num_buckets
+        self.theta = np.zeros(plan.num_params, np.float32)
+        self._part = np.zeros(plan.sizes[group.rank], np.float32)
+        self._in_shard = [slice(o, o + hi - lo) for o, (lo, hi) in
+                          zip(plan.piece_offsets(group.rank), plan.pieces(group.rank))]
         self._control = np.zeros(2, np.int64)
+        self._sent = np.zeros(2, np.int64)
+        self._lock = threading.Lock()
+        self._in_flight: list[Request] = []  # this step's reduce-scatters, the allgathers
+        self._next_bucket = self.num_buckets - 1
         self.stopping = train.reached_max_steps(shard.version)
 
-    def _wait(self, *requests: Request) -> None:
-        wait_until(lambda: all([r.test() for r in requests]), self.idle,
-                   max_sleep_s=self.max_sleep_s)
+    def wait(self, *requests: Request) -> None:
+        """Poll until ``requests`` completed (sleeping, doing the idle work)."""
+        def done() -> bool:
+            with self._lock:
+                return all([r.test() for r in requests])
 
-    def _params(self) -> Params:
-        self._wait(self.group.iallgather(self.shard.theta_shard, self.theta, self.counts))
-        return Params(self.shard.version, self.theta.copy(), self.shard.nonfinite_streak)
+        wait_until(done, self.idle, max_sleep_s=self.max_sleep_s)
+
+    def progress(self) -> None:
+        """Test the requests in flight (MPI advances a nonblocking collective only inside a
+        call); skipped while another thread is testing."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._in_flight = [r for r in self._in_flight if not r.test()]
+            finally:
+                self._lock.release()
+
+    def _allgathers(self) -> Arriving:
+        requests = []
+        with self._lock:
+            for b, piece in enumerate(self._in_shard):
+                lo, hi = self.plan.bucket_bounds(b)
+                requests.append(self.group.iallgather(self.shard.theta_shard[piece],
+                                                      self.theta[lo:hi], self.plan.counts(b)))
+            self._in_flight += requests
+        return Arriving(self, requests)
 
     def pull(self) -> Params:
         """The start parameters: every rank's shard, gathered."""
-        return self._params()
+        return self._allgathers().params()
 
-    def push(self, version: int, grad: np.ndarray) -> Params | None:
-        """One synchronous step with every training rank; the parameters after it (None when
-        the run is over for this rank)."""
-        if version != self.shard.version:
-            raise RuntimeError(f"gradient at version {version} offered to a shard at version "
-                               f"{self.shard.version}: protocol violated")
-        control = np.zeros(2, np.int64)
-        control[NONFINITE] = not np.isfinite(grad).all()
-        control[STOP_REQUESTED] = self.wants_stop()
-        self._wait(self.group.ireduce_scatter(grad, self._part, self.counts),
-                   self.group.iallreduce(control, self._control))
+    def offer(self, version: int, bucket: int, grad_bucket: np.ndarray) -> None:
+        """Start the reduce-scatter of one bucket of the gradient computed at ``version``
+        (after the last bucket, bucket 0, also the control vector's allreduce)."""
+        if version != self.shard.version or bucket != self._next_bucket:
+            raise RuntimeError(f"bucket {bucket} of a gradient at version {version} offered "
+                               f"where bucket {self._next_bucket} at version "
+                               f"{self.shard.version} was due: protocol violated")
+        if bucket == self.num_buckets - 1:
+            self._sent[:] = (False, self.wants_stop())
+        self._sent[NONFINITE] |= not np.isfinite(grad_bucket).all()
+        lo, hi = self.plan.bucket_bounds(bucket)
+        if grad_bucket.shape != (hi - lo,):
+            raise ValueError(f"bucket {bucket} has {hi - lo} parameters, got "
+                             f"{grad_bucket.shape}")
+        with self._lock:
+            self._in_flight.append(self.group.ireduce_scatter(
+                grad_bucket, self._part[self._in_shard[bucket]], self.plan.counts(bucket)))
+            if bucket == 0:
+                self._in_flight.append(self.group.iallreduce(self._sent, self._control))
+        self._next_bucket = bucket - 1
+
+    def finish(self) -> Arriving | None:
+        """Wait for the reduce-scatters, apply Adam to this rank's shard (every shard skips
+        the step when any gradient was not finite), start the allgathers of the new
+        parameters; None when the run is over for this rank."""
+        if self._next_bucket != -1:
+            raise RuntimeError(f"finish with bucket {self._next_bucket} not offered")
+        self._next_bucket = self.num_buckets - 1
+        self.wait(*self._in_flight)
+        with self._lock:
+            self._in_flight = []
         if self._control[NONFINITE]:
             self._part[:] = np.nan  # one poisoned gradient: every shard skips this step
         else:
             self._part /= np.float32(self.group.size)
-        self.shard.offer(version, self._part)
-        params = self._params()
+        self.shard.offer(self.shard.version, self._part)
+        arriving = self._allgathers()
         self.stopping = (bool(self._control[STOP_REQUESTED])
-                         or self.train.reached_max_steps(params.version))
-        if not self.chief and params.nonfinite_streak >= self.train.max_nonfinite:
-            return None
-        return params
+                         or self.train.reached_max_steps(arriving.version))
+        if arriving.nonfinite_streak >= self.train.max_nonfinite:  # the run ends here
+            self.wait(*arriving.requests)  # nothing left in flight
+            if not self.chief:
+                return None
+        return arriving
+
+    def push(self, version: int, grad: np.ndarray) -> Params | None:
+        """One synchronous step with every training rank, the whole gradient at once; the
+        parameters after it (None when the run is over for this rank)."""
+        for b in reversed(range(self.num_buckets)):
+            lo, hi = self.plan.bucket_bounds(b)
+            self.offer(version, b, grad[lo:hi])
+        arriving = self.finish()
+        return None if arriving is None else arriving.params()
 
 
 class Snapshots:
@@ -184,15 +267,14 @@ class CollectiveChiefLink:
     ``poll`` is the chief's idle work while it waits in a collective or for the last states.
     """
 
-    def __init__(self, t: Transport, roles: Roles, cfg: Config, chief: Chief, num_params: int):
-        self.t, self.roles, self.cfg, self.chief = t, roles, cfg, chief
-        self.bounds = shard_bounds(num_params, roles.num_workers)
+    def __init__(self, t: Transport, roles: Roles, cfg: Config, chief: Chief, plan: ShardPlan):
+        self.t, self.roles, self.cfg, self.chief, self.plan = t, roles, cfg, chief, plan
         self.others = tuple(r for r in roles.workers if r != t.rank)
         self.sender = Sender(t)
         self.clock = StallClock(cfg.dist.stall_timeout, time.monotonic())
         self.inbox = ChiefInbox(t, roles, cfg, chief, self.clock)
-        self.states = {r: Inbox(t, r, StateMsg, StateMsg.size(hi - lo))
-                       for r, (lo, hi) in zip(roles.workers, self.bounds) if r != t.rank}
+        self.states = {r: Inbox(t, r, StateMsg, StateMsg.size(n))
+                       for r, n in zip(roles.workers, plan.sizes) if r != t.rank}
         self.statuses = {r: Inbox(t, r, StatusMsg, StatusMsg.size(0)) for r in self.others}
         self.pending_state: dict[int, dict[int, StateMsg]] = {}  # version -> rank -> state
         self.final_states: set[int] = set()
@@ -202,7 +284,7 @@ class CollectiveChiefLink:
     def send_start(self, step: int, theta: np.ndarray, adam: AdamState) -> ShardServer:
         """Hand every other training rank its shard of the start state; the chief's own."""
         own = None
-        states = StateMsg.start_shards(step, theta, adam, self.bounds)
+        states = StateMsg.start_shards(step, theta, adam, self.plan)
         for r, state in zip(self.roles.workers, states):
             if r == self.t.rank:
                 own = make_shard(state, self.cfg, mode="sync", replicas=1)
@@ -243,7 +325,7 @@ class CollectiveChiefLink:
         shards[rank] = state
         if len(shards) < self.roles.num_workers:
             return
-        save_shards(self.chief, [shards[r] for r in self.roles.workers])
+        save_shards(self.chief, self.plan, [shards[r] for r in self.roles.workers])
         del self.pending_state[state.version]
 
     def _watch(self) -> None:
@@ -289,6 +371,15 @@ class RankWatch:
                 f"{self.timeout_s:g}: the chief names a stalled rank after one timeout)")
 
 
+def train(worker: Worker, client: CollectiveClient, after_step: AfterStep, overlap: bool) -> None:
+    """The worker's training loop: staged (communication overlapping the backward pass and
+    the next forward pass) when ``overlap``."""
+    if overlap:
+        worker.train_staged(client, after_step)
+    else:
+        worker.train(client, after_step)
+
+
 def sit_out_collective_run(t: Transport) -> None:
     """A rank of the world outside a collective run of fewer ranks (a
     :class:`~dba3c.transport.TransportView` of a sequence of runs in one MPI job): join the
@@ -311,21 +402,16 @@ def run_collective_rank(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
     return True
 
 
-def shard_counts(num_params: int, num_shards: int) -> list[int]:
-    """Every shard's length (``shard_bounds``)."""
-    return [hi - lo for lo, hi in shard_bounds(num_params, num_shards)]
-
-
 def run_collective_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
                           group: Collectives, worker: Worker) -> None:
     """A training rank other than the chief: its shard arrives from the chief; each step's
     report and the checkpoint steps' shard state go to the chief."""
-    counts = shard_counts(spec.layout().num_params, group.size)
-    shard = make_shard(receive_one(t, 0, StateMsg, StateMsg.size(counts[group.rank])),
+    plan = make_shard_plan(cfg, spec.layout(), group.size)
+    shard = make_shard(receive_one(t, 0, StateMsg, StateMsg.size(plan.sizes[group.rank])),
                        cfg, mode="sync", replicas=1)
     start_step = shard.version
     watch = RankWatch(t, cfg.dist.stall_timeout, shard) if cfg.dist.stall_timeout else None
-    client = CollectiveClient(group, shard, counts, cfg.train, chief=False,
+    client = CollectiveClient(group, shard, plan, cfg.train, chief=False,
                               wants_stop=lambda: False, idle=watch.poll if watch else None,
                               max_sleep_s=cfg.dist.collective_poll_s)
     sender, snapshots = Sender(t), Snapshots(t, roles, cfg)
@@ -340,7 +426,7 @@ def run_collective_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec
         snapshots.after_step(shard)
         return client.stopping
 
-    worker.train(client, after_step)
+    train(worker, client, after_step, overlaps(cfg))
     sender.post(ReportMsg(worker.report({}, 0.0), True, t.rank), [0])
     sender.post(state_message(shard, final=True), [0])
     snapshots.done()
@@ -359,10 +445,10 @@ def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
     chief = Chief(cfg, start.ckpt, spec.layout(), roles.num_workers)
     chief.install_signal_handlers()
     chief.extra["dist/replicas"] = roles.num_workers
-    link = CollectiveChiefLink(t, roles, cfg, chief, spec.layout().num_params)
+    plan = make_shard_plan(cfg, spec.layout(), group.size)
+    link = CollectiveChiefLink(t, roles, cfg, chief, plan)
     shard = link.send_start(start.step, start.theta, start.adam)
-    client = CollectiveClient(group, shard, shard_counts(spec.layout().num_params, group.size),
-                              cfg.train, chief=True,
+    client = CollectiveClient(group, shard, plan, cfg.train, chief=True,
                               wants_stop=lambda: chief.stop_reason is not None, idle=link.poll,
                               max_sleep_s=cfg.dist.collective_poll_s)
     snapshots = Snapshots(t, roles, cfg)
@@ -377,6 +463,7 @@ def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
         chief.worker_report(t.rank, report)
         chief.extra["train/nonfinite_skipped"] = shard.stats.nonfinite_skipped
         link.on_step(params.version)
+        link.poll()  # also when the step's collectives had completed before the chief waited
         chief.on_step(params.version)
         if chief.checkpoint_due(params.version) and not client.stopping:
             link.own_state(shard, final=False)
@@ -387,7 +474,7 @@ def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
         return client.stopping
 
     try:
-        worker.train(client, after_step)
+        train(worker, client, after_step, overlaps(cfg))
         chief.worker_report(t.rank, worker.report({}, 0.0))
         link.own_state(shard, final=True)
         snapshots.done()

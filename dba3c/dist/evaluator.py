@@ -9,8 +9,7 @@ from dba3c.config import Config
 from dba3c.dist.mailbox import Sender, ShardFeed
 from dba3c.dist.wire import END, EvalMsg, Tag
 from dba3c.models import NetSpec
-from dba3c.params import shard_bounds
-from dba3c.roles import Roles
+from dba3c.roles import Roles, make_shard_plan
 from dba3c.transport import Transport, wait_until
 
 IDLE_S = 0.01  # sleep between looks for a new snapshot
@@ -26,7 +25,7 @@ class EvaluatorRank:
 
         self.cfg = cfg
         owners = roles.shard_owners  # the parameter servers, or the collective's workers
-        self.feed = ShardFeed(t, owners, shard_bounds(spec.layout().num_params, len(owners)),
+        self.feed = ShardFeed(t, owners, make_shard_plan(cfg, spec.layout(), len(owners)),
                               Tag.SNAPSHOT)
         self.sender = Sender(t)
         self.learner = Learner(spec, cfg.train, spec.init_params(0))

@@ -10,6 +10,7 @@ import numpy as np
 
 from dba3c.core import Params
 from dba3c.dist.wire import Message, ParamsMsg, Tag, assemble, framed_size
+from dba3c.params import ShardPlan
 from dba3c.transport import Request, Transport, wait_until
 
 M = TypeVar("M", bound=Message)
@@ -83,10 +84,10 @@ class ShardFeed:
     """The newest parameters from each PS on one tag (PARAMS to a worker, SNAPSHOT to the
     evaluator), until each PS sent DONE."""
 
-    def __init__(self, t: Transport, ps: Sequence[int], bounds: Sequence[tuple[int, int]],
-                 tag: Tag):
-        self.inboxes = [Inbox(t, p, ParamsMsg, framed_size(hi - lo), tag)
-                        for p, (lo, hi) in zip(ps, bounds)]
+    def __init__(self, t: Transport, ps: Sequence[int], plan: ShardPlan, tag: Tag):
+        self.plan = plan
+        self.inboxes = [Inbox(t, p, ParamsMsg, framed_size(n), tag)
+                        for p, n in zip(ps, plan.sizes)]
         self.latest: list[ParamsMsg | None] = [None] * len(ps)
         self.done = [False] * len(ps)
         self.final = False  # a PS sent the last version of the run: train no further
@@ -121,5 +122,5 @@ class ShardFeed:
         latest = [m for m in self.latest if m is not None]
         if len(latest) < len(self.latest):
             raise RuntimeError("parameters assembled before every shard arrived")
-        return Params(max(m.version for m in latest), assemble([m.theta_shard for m in latest]),
+        return Params(max(m.version for m in latest), assemble(self.plan, [m.theta_shard for m in latest]),
                       max(m.nonfinite_streak for m in latest))

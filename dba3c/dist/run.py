@@ -34,7 +34,7 @@ def make_worker(cfg: Config, rank: int, spec: NetSpec, roles: Roles) -> Worker:
     if cfg.synthetic.enabled:
         from dba3c.synthetic import SyntheticWorker
 
-        return SyntheticWorker(cfg, rank, spec.layout().num_params, roles.workers)
+        return SyntheticWorker(cfg, rank, spec, roles.workers)
     from dba3c.envs import make_env_pool
     from dba3c.learner import Learner
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, Self
 import numpy as np
 
 from dba3c.dist.report import VECTOR_SIZE, WorkerReport
+from dba3c.params import ShardPlan
 
 if TYPE_CHECKING:
     from dba3c.adam import AdamState
@@ -103,9 +104,9 @@ def framed_size(n: int) -> int:
     return HEADER + n
 
 
-def assemble(shards: Sequence[np.ndarray]) -> np.ndarray:
-    """The whole vector from its shards in PS order (theta, or Adam's m or v)."""
-    return np.concatenate(shards)
+def assemble(plan: ShardPlan, shards: Sequence[np.ndarray]) -> np.ndarray:
+    """The whole vector from its shards in shard order (theta, or Adam's m or v)."""
+    return np.concatenate(plan.flat_chunks(list(shards)))
 
 
 @dataclass(frozen=True)
@@ -196,11 +197,12 @@ class StateMsg:
 
     @classmethod
     def start_shards(cls, step: int, theta: np.ndarray, adam: AdamState,
-                     bounds: Sequence[tuple[int, int]]) -> list[StateMsg]:
+                     plan: ShardPlan) -> list[StateMsg]:
         """The start state (theta and the optimizer's whole state) cut into one message per
-        shard ``[lo, hi)`` of ``bounds``."""
-        return [cls(step, adam.count, False, theta[lo:hi], adam.m_shard[lo:hi],
-                    adam.v_shard[lo:hi]) for lo, hi in bounds]
+        shard of ``plan``."""
+        return [cls(step, adam.count, False, plan.shard_of(theta, w),
+                    plan.shard_of(adam.m_shard, w), plan.shard_of(adam.v_shard, w))
+                for w in range(plan.num_shards)]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from dba3c.config import Config
 from dba3c.core import Params
 from dba3c.dist.mailbox import Sender, ShardFeed
 from dba3c.dist.wire import END, GradMsg, Tag
-from dba3c.params import shard_bounds
+from dba3c.params import ShardPlan, shard_bounds
 from dba3c.roles import Roles
 from dba3c.transport import Transport, wait_until
 
@@ -28,7 +28,7 @@ class RemoteParameterClient:
         self.t, self.roles, self.mode, self.idle = t, roles, cfg.dist.mode, idle
         self.max_sleep_s = cfg.dist.poll_max_ms / 1000
         self.bounds = shard_bounds(num_params, len(roles.ps))
-        self.feed = ShardFeed(t, roles.ps, self.bounds, Tag.PARAMS)
+        self.feed = ShardFeed(t, roles.ps, ShardPlan(num_params, len(roles.ps)), Tag.PARAMS)
         self.sender = Sender(t)
 
     def _wait(self, ready: Callable[[list[int]], bool]) -> Params | None:

@@ -34,8 +34,8 @@ import time
 
 import numpy as np
 
-from dba3c.dist.collective import shard_counts
 from dba3c.launchers.local import find_mpiexec
+from dba3c.params import ShardPlan
 from dba3c.transport import (
     TIMER_SLACK_NS,
     MpiRequest,
@@ -64,7 +64,7 @@ def measure(strategy: str, num_params: int, rounds: int, late_s: float,
     precise_sleeps(slack_ns)
     group = t.split(True)
     assert group is not None, "every rank is a member"
-    counts = shard_counts(num_params, group.size)
+    counts = ShardPlan(num_params, group.size).sizes
     grad = np.ones(num_params, np.float32)
     part = np.zeros(counts[group.rank], np.float32)
     theta = np.zeros(num_params, np.float32)
