@@ -45,6 +45,8 @@ from dba3c.errors import Interrupted, UserError
 from dba3c.launchers.emulated import EmulatedCluster, link_rate, require_emulation
 from dba3c.launchers.proctree import EXITED, INTERRUPTED, TIMED_OUT, Interrupt, ProcessTree
 from dba3c.launchers.scalejob import JobRun, job_event, write_job
+from dba3c.models import NetSpec, make_net_spec
+from dba3c.params import layer_buckets
 from dba3c.roles import required_world_size
 from dba3c.rundir import RunDir, write_atomic
 
@@ -87,7 +89,9 @@ POINT_TIMEOUT_S = 300.0
 class ScalePoint:
     """One run of the grid: W workers, P parameter servers, FC ``hidden``; ``replicas``
     gradients per step (0 = all); the last ``slow_workers`` take ``slow_factor`` x T_c;
-    links of ``link_gbit`` Gb/s; ``aggregation`` ps, or collective (then P = 0)."""
+    links of ``link_gbit`` Gb/s; ``aggregation`` ps, or collective (then P = 0); ``overlap``:
+    the collectives move the vector bucket by bucket while the workers compute
+    (``dist.collective_overlap``; the model is then :func:`overlapped_step_seconds`)."""
 
     workers: int
     ps: int
@@ -97,6 +101,7 @@ class ScalePoint:
     slow_factor: float = 2.0
     link_gbit: int = 10
     aggregation: str = "ps"
+    overlap: bool = False
 
     def overrides(self) -> list[str]:
         """The config overrides of this point."""
@@ -175,7 +180,9 @@ def step_bytes(point: ScalePoint, num_params: int) -> float:
 
 
 def grid_time_scales(grid: list[ScalePoint], time_scale: float,
-                     num_params: Callable[[ScalePoint], int], compute_s: float) -> list[float]:
+                     num_params: Callable[[ScalePoint], int], compute_s: float,
+                     buckets: Callable[[ScalePoint], tuple[Bucket, ...]] = lambda point: ()
+                     ) -> list[float]:
     """The time scale s of every point of ``grid``: :func:`point_time_scale`, multiplied by
     the smallest whole k for which no point with the same W and link rate moves more than
     ``HOST_BUDGET`` bytes per second through the emulating host at the analytic model's
@@ -184,7 +191,7 @@ def grid_time_scales(grid: list[ScalePoint], time_scale: float,
     (at s = 10, 64 workers x 8 PS saturated two cores and stepped 85% over the model)."""
     def needed(point: ScalePoint) -> int:
         s, n = point_time_scale(point, time_scale), num_params(point)
-        step_s = model_step_seconds(point, n, compute_s, s)
+        step_s = model_step_seconds(point, n, compute_s, s, buckets=buckets(point))
         return max(1, math.ceil(step_bytes(point, n) / (HOST_BUDGET * step_s * s)))
 
     k: dict[tuple[int, int], int] = {}
@@ -197,7 +204,8 @@ def grid_time_scales(grid: list[ScalePoint], time_scale: float,
 def model_step_seconds(point: ScalePoint, num_params: int, compute_s: float,
                        time_scale: float, host_bytes_per_s: float | None = None,
                        algorithm: str = DistConfig.collective_algorithm,
-                       poll_s: float = DistConfig().collective_poll_s) -> float:
+                       poll_s: float = DistConfig().collective_poll_s,
+                       buckets: Sequence[Bucket] = ()) -> float:
     """The analytic step time of docs/benchmarks.md for a point (seconds, unscaled): the
     compute time, then the transfers (:func:`comm_seconds`), plus Adam on N/P floats (N/W with
     collective aggregation), which runs in real time and so shrinks by the time scale in an
@@ -206,7 +214,18 @@ def model_step_seconds(point: ScalePoint, num_params: int, compute_s: float,
     collectives' message rounds follow (:func:`collective_rounds` of ``algorithm`` x
     ``ROUND_POLL_CAPS`` x ``poll_s``, the unscaled ``dist.collective_poll_us``); in ps mode
     they add :func:`straggler_seconds`. With ``host_bytes_per_s`` the transfers take at
-    least :func:`host_seconds` (the emulating host's cores as the limit)."""
+    least :func:`host_seconds` (the emulating host's cores as the limit). A collective point
+    that overlaps (``point.overlap``) steps at :func:`overlapped_step_seconds` of its
+    ``buckets`` (:func:`net_buckets`; none given: the whole vector as one bucket, which is
+    the serial model), every rank computing at the slowest rank's pace."""
+    if point.aggregation == "collective" and point.overlap:
+        slowest = point.slow_factor if point.slow_workers else 1.0
+        stages = overlap_stages(buckets or (Bucket(num_params, 1),), point.workers,
+                                compute_s * slowest,
+                                collective_rate(point, host_bytes_per_s, time_scale),
+                                algorithm, poll_s)
+        return overlapped_step_seconds(
+            stages, ADAM_S_PER_PARAM * num_params / point.workers / time_scale)
     comm = comm_seconds(point, num_params)
     if host_bytes_per_s:
         comm = max(comm, host_seconds(point, num_params, host_bytes_per_s, time_scale))
@@ -219,6 +238,149 @@ def model_step_seconds(point: ScalePoint, num_params: int, compute_s: float,
         exchange = compute_s + comm + straggler_seconds(point, num_params, compute_s)
         shards = point.ps
     return exchange + ADAM_S_PER_PARAM * num_params / shards / time_scale
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One layer's share of a network: ``params`` parameters (its bucket of the flat
+    vector, :func:`dba3c.params.layer_buckets`) and ``flops``, its stage's forward FLOPs
+    per state."""
+
+    params: int
+    flops: int
+
+
+def stage_flops(spec: NetSpec) -> list[int]:
+    """Forward FLOPs per state (multiply-adds x 2) of each stage of ``spec``: a trunk layer
+    with parameters and the pool after it (pools count nothing, as in
+    :meth:`NetSpec.flops_per_state`), the policy and value heads in the last stage. They sum
+    to ``flops_per_state()``."""
+    flops: list[int] = []
+    for layer, shape_in, shape_out in spec._walk():
+        if layer.kind == "conv":
+            flops.append(2 * layer.k * layer.k * shape_in[-1] * math.prod(shape_out))
+        elif layer.kind == "dense":
+            flops.append(2 * math.prod(shape_in) * layer.out)
+    flops[-1] += 2 * spec.layers[-1].out * (spec.num_actions + 1)
+    return flops
+
+
+def net_buckets(spec: NetSpec) -> tuple[Bucket, ...]:
+    """The buckets of ``spec``'s parameter vector (one per layer with parameters, the heads
+    in the last), each with its stage's forward FLOPs (:func:`stage_flops`)."""
+    layout = spec.layout()
+    starts = layer_buckets(layout)
+    ends = (*starts[1:], layout.num_params)
+    return tuple(Bucket(hi - lo, flops)
+                 for lo, hi, flops in zip(starts, ends, stage_flops(spec), strict=True))
+
+
+def buckets_of(cfg: Config) -> tuple[Bucket, ...]:
+    """:func:`net_buckets` of the configured network."""
+    return net_buckets(make_net_spec(cfg.model, *env_spaces(cfg)))
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of an overlapped collective step (seconds): its forward and backward
+    compute, and the time its bucket's reduce-scatter and allgather each hold the link."""
+
+    forward_s: float
+    backward_s: float
+    reduce_scatter_s: float
+    allgather_s: float
+
+
+def overlap_stages(buckets: Sequence[Bucket], workers: int, compute_s: float,
+                   rate_bytes_per_s: float, algorithm: str, poll_s: float) -> list[Stage]:
+    """The stages of a step of ``compute_s`` = T_c over ``workers`` = W ranks. Compute in
+    proportion to FLOPs: stage b runs F_b / D x T_c forward and 2 F_b / D x T_c backward
+    (F_0 / D for stage 0, which computes no input gradient), D = the sum of all of them.
+    Bucket b's reduce-scatter and allgather each hold the link for the time its bytes take,
+    (W - 1)/W x ``wire_bytes``(N_b) / rate (summed over the buckets, the serial model's
+    :func:`comm_seconds`), plus its message rounds, :func:`phase_rounds` x
+    ``ROUND_POLL_CAPS`` x ``poll_s``."""
+    backward = [2 * b.flops for b in buckets]
+    backward[0] = buckets[0].flops
+    total = sum(b.flops for b in buckets) + sum(backward)
+    rounds_s = phase_rounds(workers, algorithm) * ROUND_POLL_CAPS * poll_s
+    share = (workers - 1) / workers
+    stages = []
+    for bucket, flops_back in zip(buckets, backward, strict=True):
+        link_s = share * wire_bytes(bucket.params) / rate_bytes_per_s + rounds_s
+        stages.append(Stage(compute_s * bucket.flops / total, compute_s * flops_back / total,
+                            link_s, link_s))
+    return stages
+
+
+def collective_rate(point: ScalePoint, host_bytes_per_s: float | None,
+                    time_scale: float) -> float:
+    """Bytes per second through a collective node's link: ``link_gbit``; with
+    ``host_bytes_per_s`` = H at most H s / W, the emulating host moving every node's bytes
+    (:func:`host_seconds`: 2 (W - 1) vectors per step, W times a node's 2 (W - 1)/W)."""
+    rate = point.link_gbit * 1e9 / 8
+    if host_bytes_per_s:
+        rate = min(rate, host_bytes_per_s * time_scale / point.workers)
+    return rate
+
+
+def overlapped_step_starts(stages: Sequence[Stage], tail_s: float, steps: int) -> list[float]:
+    """When each of ``steps`` steps starts its forward pass (stage 0), on one rank of a
+    collective step that overlaps communication with compute, from a start with every
+    parameter in place and the link idle. The discrete-event timeline of a step:
+
+    - forward: stage b = 0, 1, ..., B - 1 runs ``forward_s`` once stage b - 1 is done and
+      bucket b's allgather of the step before has completed;
+    - backward: stage b = B - 1, ..., 0 runs ``backward_s``; as each ends, bucket b's
+      reduce-scatter is posted;
+    - after the last reduce-scatter (bucket 0), ``tail_s`` (Adam on the rank's shard; the
+      control allreduce runs beside bucket 0's reduce-scatter, as the serial step posts it
+      beside the whole vector's); then the allgathers of buckets 0, 1, ..., B - 1 are posted.
+
+    The link carries one collective at a time, in the order they were posted (FIFO): each
+    holds it for its ``reduce_scatter_s`` or ``allgather_s``, bytes and message rounds
+    together. The rounds hold the link because each round's sends wait for the round
+    before's receives: one collective's rounds are its critical path, and two outstanding
+    collectives share the poll caps (the term ROUND_POLL_CAPS fits) that their rounds wait
+    for; counting them once per collective is the conservative choice, exact when one
+    collective is outstanding.
+
+    Every time is a sum and max of durations, so no duration made shorter makes a step
+    later. Bucket 0's reduce-scatter is the last collective of a step, so the link is idle
+    when the allgathers are posted: from the second step on, a step starts as bucket 0's
+    allgather ends with buckets 1.. still to come back to back, the same state every time,
+    and the starts are evenly spaced (:func:`overlapped_step_seconds`)."""
+    link_free = 0.0  # when the link has carried every collective posted so far
+    compute_free = 0.0  # when the rank's compute thread is done with what it has run
+    ready = [0.0] * len(stages)  # when each bucket's parameters of the last step arrived
+    starts = []
+    for _ in range(steps):
+        for b, stage in enumerate(stages):
+            compute_free = max(compute_free, ready[b])
+            if b == 0:
+                starts.append(compute_free)
+            compute_free += stage.forward_s
+        for stage in reversed(stages):
+            compute_free += stage.backward_s
+            link_free = max(link_free, compute_free) + stage.reduce_scatter_s
+        link_free += tail_s
+        for b, stage in enumerate(stages):
+            link_free += stage.allgather_s
+            ready[b] = link_free
+    return starts
+
+
+def overlapped_step_seconds(stages: Sequence[Stage], tail_s: float) -> float:
+    """The steady step period of :func:`overlapped_step_starts`: the second and third
+    steps' starts apart (every step from the second on is the same). It is at least the
+    compute cycle T_c + reduce-scatter_0 + tail + allgather_0 (bucket 0's parameters come
+    back only after its gradient left) and the link cycle, every collective + tail + the
+    last stage's forward and backward (its gradient leaves after its parameters came): the
+    first when the other collectives hide behind compute, the second when the link waits
+    for nothing but the last stage. With one bucket both are the serial model, T_c + both
+    collectives + tail."""
+    _, second, third = overlapped_step_starts(stages, tail_s, 3)
+    return third - second
 
 
 def straggler_seconds(point: ScalePoint, num_params: int, compute_s: float) -> float:
@@ -239,13 +401,19 @@ def straggler_seconds(point: ScalePoint, num_params: int, compute_s: float) -> f
     return late - on_time
 
 
-def collective_rounds(workers: int, algorithm: str) -> int:
-    """Message rounds of one collective step: a reduce-scatter then an allgather, each in
-    ceil(log2 W) rounds by recursive halving / doubling (``dist.collective_algorithm``
-    recursive) or W - 1 by MPICH's pairwise exchange and ring (mpi)."""
+def phase_rounds(workers: int, algorithm: str) -> int:
+    """Message rounds of one reduce-scatter or one allgather among ``workers`` ranks:
+    ceil(log2 W) by recursive halving / doubling (``dist.collective_algorithm`` recursive)
+    or W - 1 by MPICH's pairwise exchange and ring (mpi); none for one rank."""
     if workers < 2:
         return 0
-    return 2 * (math.ceil(math.log2(workers)) if algorithm == "recursive" else workers - 1)
+    return math.ceil(math.log2(workers)) if algorithm == "recursive" else workers - 1
+
+
+def collective_rounds(workers: int, algorithm: str) -> int:
+    """Message rounds of one collective step: a reduce-scatter then an allgather, each
+    :func:`phase_rounds`."""
+    return 2 * phase_rounds(workers, algorithm)
 
 
 def link_seconds(point: ScalePoint, num_params: int) -> tuple[float, float]:
@@ -375,13 +543,13 @@ def point_result(plan: PointPlan, cfg: Config, metrics: list[dict],
     point, s = plan.point, plan.time_scale
     step_s = steady_step_seconds(metrics, plan.warmup) / s
     replicas = point.replicas or point.workers
-    num_params = num_params_of(cfg)
+    num_params, buckets = num_params_of(cfg), buckets_of(cfg)
     # the point's poll caps are multiplied by its time scale (job_runs)
     algorithm, poll_s = cfg.dist.collective_algorithm, cfg.dist.collective_poll_s / s
     model_s = model_step_seconds(point, num_params, compute_ms / 1000, s, algorithm=algorithm,
-                                 poll_s=poll_s)
+                                 poll_s=poll_s, buckets=buckets)
     emulated_s = model_step_seconds(point, num_params, compute_ms / 1000, s, host_bytes_per_s,
-                                    algorithm, poll_s)
+                                    algorithm, poll_s, buckets)
     return {**asdict(point), "time_scale": s, "steps": plan.steps,
             "warmup_steps": plan.warmup, "step_ms": 1000 * step_s,
             "model_step_ms": 1000 * model_s, "emulated_model_step_ms": 1000 * emulated_s,
@@ -605,19 +773,21 @@ def num_nodes(config: str, overrides: list[str], grid: list[ScalePoint]) -> int:
                for p in grid)
 
 
-def grid_num_params(config: str, overrides: list[str],
-                    grid: list[ScalePoint]) -> Callable[[ScalePoint], int]:
-    """The network's parameter count at each point of ``grid`` (it depends on FC only)."""
-    counts = {p.hidden: num_params_of(load_config(config, [*overrides, *p.overrides()]))
+def grid_net(config: str, overrides: list[str], grid: list[ScalePoint],
+             of: Callable[[Config], _T]) -> Callable[[ScalePoint], _T]:
+    """``of`` the network at each point of ``grid`` (:func:`num_params_of`,
+    :func:`buckets_of`: they depend on FC only), each FC's config loaded once."""
+    values = {p.hidden: of(load_config(config, [*overrides, *p.overrides()]))
               for p in {p.hidden: p for p in grid}.values()}
-    return lambda point: counts[point.hidden]
+    return lambda point: values[point.hidden]
 
 
 def point_label(point: ScalePoint) -> str:
     """W, P, FC, backups, stragglers and link of a point, for progress lines."""
     extra = (f" R={point.replicas}" if point.replicas else "") + (
         f" {point.slow_workers} slow x{point.slow_factor:g}" if point.slow_workers else "")
-    servers = "collective" if point.aggregation == "collective" else f"P={point.ps}"
+    servers = ("collective" + (" overlapped" if point.overlap else "")
+               if point.aggregation == "collective" else f"P={point.ps}")
     return (f"W={point.workers} {servers} FC={point.hidden}{extra} "
             f"link {point.link_gbit} Gb/s")
 
@@ -669,8 +839,8 @@ def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float 
                         "links at rate / s both ways, MPI over TCP",
                "points": []}
     nodes, t0 = num_nodes(config, overrides, grid), time.monotonic()
-    scales = grid_time_scales(grid, time_scale, grid_num_params(config, overrides, grid),
-                              compute_ms / 1000)
+    scales = grid_time_scales(grid, time_scale, grid_net(config, overrides, grid, num_params_of),
+                              compute_ms / 1000, grid_net(config, overrides, grid, buckets_of))
     plans = [PointPlan(p, s, *steps_for(p, quick)) for p, s in zip(grid, scales, strict=True)]
     first_rate = link_rate(grid[0].link_gbit, plans[0].time_scale)
     progress(f"bench --scale: starting the emulated cluster ({nodes} nodes, links "
@@ -718,7 +888,8 @@ def scale_table(r: dict, command: str) -> str:
     for p in r["points"]:
         backup = f"{p['replicas']}/{p['workers']}" if p["replicas"] else "all"
         slow = (f"{p['slow_workers']} x{p['slow_factor']:g}" if p["slow_workers"] else "none")
-        servers = "coll." if p.get("aggregation") == "collective" else p["ps"]
+        servers = (("coll. overlapped" if p.get("overlap") else "coll.")
+                   if p.get("aggregation") == "collective" else p["ps"])
         head = (f"| {p['link_gbit']} | {p['time_scale']:g} | {p['workers']} | {servers} | "
                 f"{p['hidden']} | {backup} | {slow} |")
         if "error" in p:
