@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -204,11 +205,22 @@ STEPS = 20
 THETA0 = np.linspace(-1, 1, N).astype(np.float32)
 
 
-def collective_world(cfg, num_ranks: int, gradient, buckets=(0,)) -> list[list]:
+def collective_world(cfg, num_ranks: int, gradient, buckets=(0,), staged=False) -> list[list]:
     """``num_ranks`` training ranks as threads, each pushing ``gradient(group_rank, version)``
-    until ``train.max_steps`` (the vector cut into ``buckets``, :class:`ShardPlan`); every
-    rank's received Params and its final shard."""
+    until ``train.max_steps`` (the vector cut into ``buckets``, :class:`ShardPlan`; ``staged``:
+    offered bucket by bucket, the new parameters waited for bucket by bucket, as
+    ``Worker.train_staged`` does); every rank's received Params and its final shard."""
     plan = ShardPlan(N, num_ranks, buckets)
+
+    def staged_push(client, version: int, grad: np.ndarray):
+        for b in reversed(range(plan.num_buckets)):
+            lo, hi = plan.bucket_bounds(b)
+            client.offer(version, b, grad[lo:hi])
+        arriving = client.finish()
+        theta = np.concatenate([arriving.wait(b).copy() for b in range(plan.num_buckets)])
+        params = arriving.params()
+        assert np.array_equal(theta, params.theta)
+        return params
 
     def rank_loop(transport) -> tuple[list, ShardServer]:
         group = transport.split(True)
@@ -218,9 +230,9 @@ def collective_world(cfg, num_ranks: int, gradient, buckets=(0,)) -> list[list]:
         client = CollectiveClient(group, shard, plan, cfg.train, chief=group.rank == 0,
                                   wants_stop=lambda: False)
         received = [client.pull()]
+        push = functools.partial(staged_push, client) if staged else client.push
         while not client.stopping:
-            params = client.push(received[-1].version,
-                                 gradient(group.rank, received[-1].version))
+            params = push(received[-1].version, gradient(group.rank, received[-1].version))
             assert params is not None
             received.append(params)
         return received, shard
@@ -277,6 +289,45 @@ def test_w_ranks_equal_w_workers_and_p_parameter_servers_within_summation_tolera
     assert {shard.adam.count for _, shard in ranks} == {count_ps} == {STEPS}
 
 
+def test_buckets_offered_one_by_one_give_what_the_whole_gradient_gives_bit_for_bit():
+    cfg = make_cfg(workers=3, ps=1, max_steps=STEPS)
+    buckets = (0, 2, N // 2)
+
+    def gradient(rank, version):  # with a poisoned step
+        return grad_of(rank, version) * (np.nan if version == 5 else 1)
+
+    whole = collective_world(cfg, 3, gradient, buckets)
+    staged = collective_world(cfg, 3, gradient, buckets, staged=True)
+    for (got, got_shard), (want, want_shard) in zip(staged, whole):
+        assert [p.version for p in got] == list(range(STEPS + 1))
+        for a, b in zip(got, want):
+            assert np.array_equal(a.theta.view(np.uint32), b.theta.view(np.uint32))
+            assert a.nonfinite_streak == b.nonfinite_streak
+        assert np.array_equal(got_shard.adam.v_shard, want_shard.adam.v_shard)
+
+
+def test_buckets_out_of_order_are_refused_as_a_protocol_violation():
+    cfg = make_cfg(workers=1, ps=1, max_steps=STEPS)
+    plan = ShardPlan(N, 1, (0, 4))
+
+    def rank_loop(transport):
+        group = transport.split(True)
+        shard = ShardServer(THETA0.copy(), AdamState.zeros(N), 0, mode="sync", replicas=1,
+                            optimizer=make_optimizer(cfg))
+        client = CollectiveClient(group, shard, plan, cfg.train, chief=True,
+                                  wants_stop=lambda: False)
+        client.pull()
+        with pytest.raises(RuntimeError, match="bucket 0 .* where bucket 1 at version 0"):
+            client.offer(0, 0, np.zeros(4, np.float32))
+        with pytest.raises(RuntimeError, match="bucket 1 .* version 3 .* at version 0"):
+            client.offer(3, 1, np.zeros(N - 4, np.float32))
+        client.offer(0, 1, np.zeros(N - 4, np.float32))
+        with pytest.raises(RuntimeError, match="finish with bucket 0 not offered"):
+            client.finish()
+
+    run_threads(rank_loop, 1)
+
+
 @pytest.mark.parametrize("buckets", BUCKETS)
 def test_one_ranks_non_finite_gradient_makes_every_shard_skip_the_same_step(buckets):
     cfg = make_cfg(workers=3, ps=1, max_steps=6)
@@ -320,9 +371,11 @@ def assert_adam_of_the_mean(run, steps: int, workers_at) -> None:
     np.testing.assert_allclose(ckpt.theta, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_a_collective_run_ends_at_exactly_max_steps_with_adam_of_the_mean(tmp_path):
+@pytest.mark.parametrize("overlap", ["true", "false"])
+def test_a_collective_run_ends_at_exactly_max_steps_with_adam_of_the_mean(tmp_path, overlap):
     run = tmp_path / "run"
-    launch(3, "train.max_steps=12", "run.checkpoint_every=5", f"run.dir={run}")
+    launch(3, "train.max_steps=12", "run.checkpoint_every=5", f"run.dir={run}",
+           f"dist.collective_overlap={overlap}")
     assert ckpt_steps(run) == [5, 10, 12]
     assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == list(range(1, 13))
     last = read_jsonl(run / "metrics.jsonl")[-1]

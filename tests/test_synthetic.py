@@ -26,14 +26,22 @@ import numpy as np
 import pytest
 
 from dba3c.adam import AdamState
+from dba3c.config import from_dict
 from dba3c.dist.chief_link import ChiefLink
 from dba3c.dist.ps import run_ps
 from dba3c.dist.worker_client import RemoteParameterClient
 from dba3c.errors import TrainingError
 from dba3c.models import NetSpec
 from dba3c.roles import make_roles
-from dba3c.synthetic import slow_ranks, step_seconds, synthetic_gradient
-from dba3c.transport import InProcessTransport, wait_until
+from dba3c.params import layer_buckets
+from dba3c.synthetic import (
+    SyntheticWorker,
+    slow_ranks,
+    stage_seconds,
+    step_seconds,
+    synthetic_gradient,
+)
+from dba3c.transport import InProcessTransport, Poller, wait_until
 from dba3c.watchdog import StallClock, query_lead, stalled_ranks
 
 from conftest import ROOT, dba3c, latest_checkpoint, read_jsonl
@@ -306,3 +314,39 @@ def test_a_rank_that_stops_answering_ends_the_job_naming_it(tmp_path, stopped, r
                          "synthetic.compute_ms=20", "train.max_steps=1000000",
                          "run.checkpoint_every=0"], tmp_path / "run", stopped, timeout=5)
     assert ("do not answer" if role == "ps" else "no gradient for step") in error
+
+
+def test_stage_seconds_split_a_step_by_forward_flops_by_hand():
+    # F = (1, 2, 3): forward 1, 2, 3; backward 1 (stage 0), 4, 6; D = 17
+    forward, backward = stage_seconds(1.7, [1, 2, 3])
+    np.testing.assert_allclose(forward, [0.1, 0.2, 0.3])
+    np.testing.assert_allclose(backward, [0.1, 0.4, 0.6])
+
+
+def test_a_staged_synthetic_step_hands_out_the_seeded_gradient_last_bucket_first():
+    spec = NetSpec("ba3c", 128, (4, 84, 84), 4)
+    cfg = from_dict({**make_cfg(workers=1, ps=1).to_dict(),
+                     "synthetic": {"enabled": True, "compute_ms": 20.0}})
+    worker = SyntheticWorker(cfg, 0, spec, (0,))
+    starts = layer_buckets(spec.layout())
+    calls: list[tuple] = []
+    t0 = time.perf_counter()
+    worker._staged_gradient_of(worker._empty_batch(7), lambda b: calls.append(("fwd", b)),
+                               lambda b, g: calls.append(("bwd", b, g.copy())), 7)
+    elapsed = time.perf_counter() - t0
+    B = len(starts)
+    assert [c[:2] for c in calls] == ([("fwd", b) for b in range(B)]
+                                      + [("bwd", b) for b in reversed(range(B))])
+    grad = synthetic_gradient(spec.layout().num_params, cfg.run.seed, 0, 7)
+    handed = {c[1]: c[2] for c in calls if c[0] == "bwd"}
+    np.testing.assert_array_equal(np.concatenate([handed[b] for b in range(B)]), grad)
+    assert elapsed >= 0.020  # the modelled compute time passes (sleeps end no earlier)
+
+
+def test_a_poller_polls_while_open_and_not_after():
+    count = [0]
+    with Poller(lambda: count.__setitem__(0, count[0] + 1), 0.001):
+        wait_until(lambda: count[0] >= 3)
+    after = count[0]
+    time.sleep(0.01)
+    assert count[0] == after

@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import date
 from itertools import pairwise
 from pathlib import Path
@@ -47,7 +47,7 @@ from dba3c.launchers.proctree import EXITED, INTERRUPTED, TIMED_OUT, Interrupt, 
 from dba3c.launchers.scalejob import JobRun, job_event, write_job
 from dba3c.models import NetSpec, make_net_spec
 from dba3c.params import layer_buckets
-from dba3c.roles import required_world_size
+from dba3c.roles import overlaps, required_world_size
 from dba3c.rundir import RunDir, write_atomic
 
 if TYPE_CHECKING:
@@ -108,7 +108,9 @@ class ScalePoint:
         return [f"model.hidden={self.hidden}", f"dist.replicas_to_aggregate={self.replicas}",
                 f"synthetic.slow_workers={self.slow_workers}",
                 f"synthetic.slow_factor={self.slow_factor}",
-                f"dist.aggregation={self.aggregation}", f"dist.ps={self.ps}"]
+                f"dist.aggregation={self.aggregation}", f"dist.ps={self.ps}",
+                *([f"dist.collective_overlap={str(self.overlap).lower()}"]
+                  if self.aggregation == "collective" else [])]
 
 
 def collective_grid(quick: bool) -> list[ScalePoint]:
@@ -826,6 +828,8 @@ def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float 
 
     grid = select_points(collective_grid(quick) if aggregation == "collective"
                          else scale_grid(quick), workers, servers)
+    overlap = overlaps(load_config(config, overrides))  # dist.collective_overlap, in effect
+    grid = [replace(p, overlap=overlap) if p.aggregation == "collective" else p for p in grid]
     require_emulation()  # before anything is printed or started
     source = "--compute-ms" if compute_ms else COMPUTE_MS_SOURCE
     compute_ms = compute_ms or DEFAULT_COMPUTE_MS
