@@ -32,8 +32,8 @@ from dba3c.dist.ps import run_ps
 from dba3c.dist.worker_client import RemoteParameterClient
 from dba3c.errors import TrainingError
 from dba3c.models import NetSpec
-from dba3c.roles import make_roles
 from dba3c.params import layer_buckets
+from dba3c.roles import make_roles
 from dba3c.synthetic import (
     SyntheticWorker,
     slow_ranks,
