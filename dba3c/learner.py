@@ -8,9 +8,10 @@ execution. Gradients leave as one flat float32 vector in the parameter layout.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -96,14 +97,17 @@ class Learner:
         self._predict, self._gradient = predict, gradient
         self._assign, self._assign_train = map(assign_function, (self.variables,
                                                                  self.train_variables))
-        self._stage_params = stage_params(spec, self.train_variables)
-        self._assign_bucket = [assign_function(p) for p in self._stage_params]
-        self._stage_forward = stage_functions(spec, self._stage_params, obs_sig,
-                                              [action_sig, return_sig], loss_fn)
-        self._stage_finish = [tf.function(lambda g: flat_concat(clip(g)),
-                                          input_signature=[[tf.TensorSpec(v.shape, tf.float32)
-                                                            for v in p]])
-                              for p in self._stage_params]
+        train_stages = stage_params(spec, self.train_variables)
+        self._train_stages = train_stages
+        self._hooks = StageHooks()
+
+        @tf.function(input_signature=[obs_sig, action_sig, return_sig])
+        def staged(obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor) -> tuple:
+            return staged_graph(spec, train_stages, self._hooks,
+                                lambda out: loss_fn(out[0], out[1], a, R),
+                                lambda grads: flat_concat(clip(grads)), obs)
+
+        self._staged = staged
         self._params_lock = threading.Lock()  # a prediction sees one version of the variables
         self._version = 0
 
@@ -138,8 +142,12 @@ class Learner:
         b = B-1 .. 0, stage b's backward pass gives dL/dtheta_b (clipped, flat float32 in
         layout order, ``theta[buckets[b]:buckets[b + 1]]``) and dL/dx_b for the stage
         before; ``after_backward(b, g_b)`` runs before stage b - 1's backward pass.
-        Concatenated, the g_b are :meth:`gradient`'s vector. The forward pass runs once:
-        each stage's tape keeps what its backward pass needs.
+        Concatenated, the g_b are :meth:`gradient`'s vector. One graph execution runs it
+        all (the forward pass once), the callbacks as ``tf.numpy_function`` ops that control
+        dependencies put in that order; an exception in a callback ends the call with that
+        exception. The callbacks run on a TensorFlow thread of that execution: they may
+        call :meth:`assign_bucket` (eager assigns), but not a ``tf.function``, which with
+        ``train.inter_op_threads=1`` would wait forever for the one inter-op thread.
 
         Raises ValueError when ``train.grad_clip_mode`` is ``global_norm`` (with clipping
         on): that clip needs the whole gradient before any bucket can leave.
@@ -147,25 +155,9 @@ class Learner:
         if self._clip > 0 and self._clip_mode == "global_norm":
             raise ValueError("a staged gradient clips bucket by bucket: train.grad_clip_mode "
                              "global_norm needs the whole gradient (use gradient())")
-        a_t, R_t = tf.constant(a, tf.int32), tf.constant(R, tf.float32)
-        x, last = tf.constant(obs), len(self._stage_forward) - 1
-        taped = []  # per stage: (tape, input, output); the last stage's output is the loss
-        for b, fn in enumerate(self._stage_forward):
-            before_forward(b)
-            with tf.GradientTape() as tape:
-                if b > 0:  # stage 0's input is the data: no gradient wanted
-                    tape.watch(x)
-                out = fn(x) if b < last else fn(x, a_t, R_t)
-            taped.append((tape, x, out if b < last else out[0]))
-            x = out
-        upstream = None  # dL/d(output of stage b)
-        for b in reversed(range(len(taped))):
-            tape, x_in, x_out = taped[b]
-            sources = [*self._stage_params[b], *([x_in] if b > 0 else [])]
-            grads = tape.gradient(x_out, sources, output_gradients=upstream)
-            after_backward(b, self._stage_finish[b](grads[:len(self._stage_params[b])]).numpy())
-            upstream = grads[-1]
-        return loss_stats(*x)
+        with self._hooks.calling(before_forward, after_backward):
+            loss, parts = self._staged(obs, a.astype(np.int32), R.astype(np.float32))
+        return loss_stats(loss, parts)
 
     def set_params(self, theta: np.ndarray, version: int = 0) -> None:
         """Load a flat parameter vector, parameter version ``version``, into the prediction
@@ -180,7 +172,10 @@ class Learner:
         """Load bucket ``bucket`` of the parameters, flat float32
         ``theta[buckets[bucket]:buckets[bucket + 1]]``, into the training variables only
         (no lock: the trainer thread owns them; predictions keep their version)."""
-        self._assign_bucket[bucket](theta_bucket)
+        stage_vars = self._train_stages[bucket]
+        sizes = [int(np.prod(v.shape)) for v in stage_vars]
+        for var, t in zip(stage_vars, np.split(theta_bucket, np.cumsum(sizes)[:-1])):
+            var.assign(t.reshape(var.shape))
 
     def get_params(self) -> np.ndarray:
         """The prediction variables as one flat float32 vector."""
@@ -212,19 +207,77 @@ def assign_function(variables: list[tf.Variable]) -> Callable[[np.ndarray], None
     return assign
 
 
-def stage_functions(spec: NetSpec, params: list[list[tf.Variable]], obs_sig: tf.TensorSpec,
-                    batch_sigs: list[tf.TensorSpec], loss_fn: Callable) -> list[Callable]:
-    """One ``tf.function`` per stage of :func:`dba3c.models.stage_forward` on the variables
-    ``params[b]``: stage 0 takes obs, stage b activations [B, *stages[b].shape_in]; the
-    last also takes (a, R) and returns :func:`dba3c.rl.a3c_loss`'s (L, terms)."""
-    stages = spec.stages()
-    fns = []
-    for b, stage in enumerate(stages):
-        x_sig = obs_sig if b == 0 else tf.TensorSpec([None, *stage.shape_in], tf.float32)
-        layer = functools.partial(stage_forward, spec, b, params[b])
-        if b < len(stages) - 1:
-            fns.append(tf.function(layer, input_signature=[x_sig]))
-        else:
-            fns.append(tf.function(lambda x, a, R, layer=layer: loss_fn(*layer(x), a, R),
-                                   input_signature=[x_sig, *batch_sigs]))
-    return fns
+class StageHooks:
+    """The callbacks of the staged gradient in progress, for the ``tf.numpy_function`` ops of
+    :func:`staged_graph` (traced once, called with new callbacks each time)."""
+
+    def __init__(self) -> None:
+        self.before_forward: Callable[[int], None] = lambda b: None
+        self.after_backward: Callable[[int, np.ndarray], None] = lambda b, g_b: None
+        self.error: BaseException | None = None
+
+    @contextlib.contextmanager
+    def calling(self, before_forward: Callable[[int], None],
+                after_backward: Callable[[int, np.ndarray], None]) -> Iterator[None]:
+        """Use these callbacks for one call; a callback's exception, which TensorFlow
+        reports as an op error, leaves the call as itself."""
+        self.before_forward, self.after_backward, self.error = (before_forward,
+                                                                after_backward, None)
+        try:
+            yield
+        except tf.errors.OpError:
+            if self.error is None:
+                raise
+            raise self.error from None
+
+    def op(self, b: int, g_b: tf.Tensor | None = None) -> tf.Tensor:
+        """A ``tf.numpy_function`` op calling ``before_forward(b)``, or ``after_backward(b,
+        g_b)`` with a copy of g_b when given (NumPy's view of the tensor lives only during
+        the op; the callback may keep its copy); its output (a bool) is for control deps.
+        (``tf.py_function`` costs about twice as much per op: 130 against 65 us.)"""
+
+        def call(*g: np.ndarray) -> bool:
+            try:
+                if g:
+                    self.after_backward(b, g[0].copy())
+                else:
+                    self.before_forward(b)
+            except BaseException as e:
+                self.error = e
+                raise
+            return True
+
+        return tf.numpy_function(call, [] if g_b is None else [g_b], tf.bool)
+
+
+def staged_graph(spec: NetSpec, params: list[list[tf.Variable]], hooks: StageHooks,
+                 loss_fn: Callable, finish: Callable, obs: tf.Tensor) -> tuple:
+    """The staged gradient inside one ``tf.function``: (L, loss terms).
+
+    Forward, b = 0 .. B-1: ``hooks.op(b)`` (before_forward) after stage b - 1's output,
+    then stage b (:func:`dba3c.models.stage_forward`) on its variables read after the hook
+    and its input passed after it. Backward, b = B-1 .. 0, on the one tape: stage b's
+    gradients of its variables and of its input given dL/d(its output); ``finish`` makes
+    the bucket's flat clipped g_b, ``hooks.op(b, g_b)`` (after_backward) runs, and only
+    then does dL/d(input) go on to stage b - 1.
+    """
+    x, sources, inputs = obs, [], []
+    with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
+        for b, stage_vars in enumerate(params):
+            with tf.control_dependencies([x]):
+                before = hooks.op(b)
+            with tf.control_dependencies([before]):
+                inputs.append(tf.identity(x))
+                values = [v.read_value() for v in stage_vars]
+            sources.append(values + inputs[-1:] if b > 0 else values)  # obs: no gradient
+            tape.watch(sources[-1])
+            x = stage_forward(spec, b, values, inputs[-1])
+        loss, parts = loss_fn(x)
+    upstream, target = None, loss
+    for b in reversed(range(len(params))):
+        grads = tape.gradient(target, sources[b], output_gradients=upstream)
+        with tf.control_dependencies([hooks.op(b, finish(grads[:len(params[b])]))]):
+            if b > 0:  # dL/d(input of stage b), on to stage b - 1
+                upstream, target = tf.identity(grads[-1]), inputs[b]
+            loss = tf.identity(loss)
+    return loss, parts

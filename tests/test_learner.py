@@ -28,6 +28,15 @@ def outputs_equal(a: tuple, b: tuple) -> bool:
     return all(np.allclose(x, y, rtol=1e-5, atol=1e-6) for x, y in zip(a, b))
 
 
+def python_output(code: str, timeout: float) -> list[str]:
+    """The words ``code`` prints in a fresh Python process (which must succeed in
+    ``timeout`` seconds)."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()
+
+
 def two_versions() -> tuple[Learner, dict[int, np.ndarray], np.ndarray, dict[int, tuple]]:
     """A Learner; parameter versions 1 and 2 (every variable, biases too, differs between
     them); a batch of observations; and each version's (pi, v) on it. Version 2 is loaded."""
@@ -151,10 +160,7 @@ def test_a_learner_sizes_tensorflow_s_thread_pools_from_the_config():
         "    Learner(spec, TrainConfig(intra_op_threads=2), spec.init_params(2))\n"
         "except RuntimeError:\n"
         "    print('refused')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["1", "3", "refused"]
+    assert python_output(code, timeout=300) == ["1", "3", "refused"]
 
 
 def test_dba3c_turns_on_onednn_kernels_unless_the_environment_says_otherwise():
@@ -275,3 +281,41 @@ def test_a_staged_gradient_refuses_global_norm_clipping():
     learner, _, _, batch = staged_setup("mlp", TrainConfig(grad_clip_mode="global_norm"))
     with pytest.raises(ValueError, match="train.grad_clip_mode"):
         run_staged(learner, batch)
+
+
+def test_a_callback_s_exception_leaves_the_staged_gradient_as_itself():
+    learner, _, _, batch = staged_setup("mlp")
+
+    def fail_at_bucket_1(b: int, g_b: np.ndarray) -> None:
+        if b == 1:
+            raise KeyError("bucket 1")
+
+    with pytest.raises(KeyError, match="bucket 1"):
+        learner.staged_gradient(*batch, lambda b: None, fail_at_bucket_1)
+    assert_same_gradient(run_staged(learner, batch)[0], learner.gradient(*batch)[0])
+
+
+def test_buckets_assigned_from_the_callbacks_on_one_inter_op_thread():
+    # the callbacks run inside the staged gradient's graph execution: with one inter-op
+    # thread a callback calling a tf.function would wait forever; assign_bucket's eager
+    # assigns do not (a subprocess: the thread pools are fixed per process)
+    code = (
+        "import numpy as np\n"
+        "from dba3c.config import TrainConfig\n"
+        "from dba3c.learner import Learner\n"
+        "from dba3c.models import NetSpec\n"
+        "from dba3c.worker import synthetic_batch\n"
+        "spec = NetSpec('a3c_ff', 32, (4, 84, 84), 6)\n"
+        "cfg = TrainConfig(intra_op_threads=1, inter_op_threads=1)\n"
+        "learner = Learner(spec, cfg, spec.init_params(1))\n"
+        "batch = synthetic_batch(spec, 4, (0, 0, 3))\n"
+        "theta2 = spec.init_params(2)\n"
+        "ends = [*learner.buckets, len(theta2)]\n"
+        "got = []\n"
+        "learner.staged_gradient(batch.obs, batch.a, batch.R,\n"
+        "    lambda b: learner.assign_bucket(b, theta2[ends[b]:ends[b + 1]]),\n"
+        "    lambda b, g: got.insert(0, g))\n"
+        "learner.set_params(theta2)\n"
+        "want = learner.gradient(batch.obs, batch.a, batch.R)[0]\n"
+        "print(np.abs(np.concatenate(got) - want).max() <= 1e-5 * np.abs(want).max())\n")
+    assert python_output(code, timeout=120) == ["True"]
