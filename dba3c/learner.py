@@ -256,28 +256,30 @@ def staged_graph(spec: NetSpec, params: list[list[tf.Variable]], hooks: StageHoo
 
     Forward, b = 0 .. B-1: ``hooks.op(b)`` (before_forward) after stage b - 1's output,
     then stage b (:func:`dba3c.models.stage_forward`) on its variables read after the hook
-    and its input passed after it. Backward, b = B-1 .. 0, on the one tape: stage b's
+    and its input passed after it through ``tf.stop_gradient`` (so a stage's gradient holds
+    only that stage's ops). Backward, b = B-1 .. 0, on the one tape: stage b's
     gradients of its variables and of its input given dL/d(its output); ``finish`` makes
     the bucket's flat clipped g_b, ``hooks.op(b, g_b)`` (after_backward) runs, and only
     then does dL/d(input) go on to stage b - 1.
     """
-    x, sources, inputs = obs, [], []
+    x, sources, inputs, outputs = obs, [], [], []
     with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
         for b, stage_vars in enumerate(params):
             with tf.control_dependencies([x]):
                 before = hooks.op(b)
             with tf.control_dependencies([before]):
-                inputs.append(tf.identity(x))
+                inputs.append(tf.stop_gradient(x))  # the tape ends each stage here
                 values = [v.read_value() for v in stage_vars]
             sources.append(values + inputs[-1:] if b > 0 else values)  # obs: no gradient
             tape.watch(sources[-1])
             x = stage_forward(spec, b, values, inputs[-1])
+            outputs.append(x)
         loss, parts = loss_fn(x)
     upstream, target = None, loss
     for b in reversed(range(len(params))):
         grads = tape.gradient(target, sources[b], output_gradients=upstream)
         with tf.control_dependencies([hooks.op(b, finish(grads[:len(params[b])]))]):
             if b > 0:  # dL/d(input of stage b), on to stage b - 1
-                upstream, target = tf.identity(grads[-1]), inputs[b]
+                upstream, target = tf.identity(grads[-1]), outputs[b - 1]
             loss = tf.identity(loss)
     return loss, parts

@@ -2,6 +2,7 @@
 loads new parameters sees exactly one parameter version, and reports which; the actor tags
 data points with that version), and the staged gradient against the one-call gradient."""
 
+import collections
 import itertools
 import os
 import queue
@@ -319,3 +320,19 @@ def test_buckets_assigned_from_the_callbacks_on_one_inter_op_thread():
         "want = learner.gradient(batch.obs, batch.a, batch.R)[0]\n"
         "print(np.abs(np.concatenate(got) - want).max() <= 1e-5 * np.abs(want).max())\n")
     assert python_output(code, timeout=120) == ["True"]
+
+
+def test_the_staged_graph_runs_each_layer_once_forward_and_once_backward():
+    # the same convolutions, pools and matmuls, forward and backward, as the one-call graph:
+    # nothing recomputed, and no stage's gradient reaches back into the stages before it
+    # (before stop_gradient at the stage inputs it held 14 Conv2DBackpropFilter ops, not 4)
+    learner, _, _, _ = staged_setup("ba3c")
+
+    def layer_ops(fn) -> dict[str, int]:
+        ops = fn.get_concrete_function().graph.get_operations()
+        return {k: n for k, n in collections.Counter(op.type for op in ops).items()
+                if k.startswith(("Conv2D", "MaxPool", "MatMul"))}
+
+    staged, whole = layer_ops(learner._staged), layer_ops(learner._gradient)
+    assert staged == whole
+    assert staged["Conv2D"] == 4 and staged["Conv2DBackpropFilter"] == 4
