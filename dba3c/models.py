@@ -9,7 +9,7 @@ grayscale, [B, stack, 84, 84, 3] for RGB; they become float NHWC inside the grap
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,27 @@ class Layer:
     stride: int = 1
     bias: bool = True
     act: str = "relu"
+
+
+HEAD_TENSORS = 4  # policy/kernel, policy/bias, value/kernel, value/bias
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A trunk layer with parameters (``name`` as in the layout, ``conv0``, ``fc7``) and the
+    max-pool after it, if any: input shape ``shape_in``, the layer's own output
+    ``shape_out``, and ``shape_next`` after the pool (the next stage's input)."""
+
+    name: str
+    layer: Layer
+    shape_in: tuple[int, ...]
+    shape_out: tuple[int, ...]
+    shape_next: tuple[int, ...]
+
+    @property
+    def pooled(self) -> bool:
+        """Whether a 2x2/2 max-pool follows the layer."""
+        return self.shape_next != self.shape_out
 
 
 def layer_specs(kind: str, hidden: int) -> list[Layer]:
@@ -85,37 +106,62 @@ class NetSpec:
             yield layer, shape, out
             shape = out
 
+    def stages(self) -> list[Stage]:
+        """The trunk layers with parameters, each with the max-pool that follows it (one
+        stage per bucket of :func:`dba3c.params.layer_buckets`; the heads join the last)."""
+        walked = list(self._walk())
+        stages = []
+        for i, (layer, shape_in, shape_out) in enumerate(walked):
+            if layer.kind == "pool":
+                continue
+            pooled = i + 1 < len(walked) and walked[i + 1][0].kind == "pool"
+            stages.append(Stage(f"{'conv' if layer.kind == 'conv' else 'fc'}{i}", layer,
+                                shape_in, shape_out, walked[i + 1][2] if pooled else shape_out))
+        return stages
+
     def layout(self) -> ParamLayout:
         """Names and shapes of every trainable tensor, in forward order."""
         names: list[str] = []
         shapes: list[tuple[int, ...]] = []
-        for i, (layer, shape_in, _) in enumerate(self._walk()):
-            if layer.kind == "conv":
-                names.append(f"conv{i}/kernel")
-                shapes.append((layer.k, layer.k, shape_in[-1], layer.out))
-            elif layer.kind == "dense":
-                names.append(f"fc{i}/kernel")
-                shapes.append((int(np.prod(shape_in)), layer.out))
-            else:
-                continue
+        for stage in self.stages():
+            layer = stage.layer
+            names.append(f"{stage.name}/kernel")
+            shapes.append((layer.k, layer.k, stage.shape_in[-1], layer.out)
+                          if layer.kind == "conv" else (int(np.prod(stage.shape_in)), layer.out))
             if layer.bias:
-                names.append(f"{names[-1].split('/')[0]}/bias")
+                names.append(f"{stage.name}/bias")
                 shapes.append((layer.out,))
         trunk_out = self.layers[-1].out
         names += ["policy/kernel", "policy/bias", "value/kernel", "value/bias"]
         shapes += [(trunk_out, self.num_actions), (self.num_actions,), (trunk_out, 1), (1,)]
         return ParamLayout(tuple(names), tuple(shapes))
 
+    def stage_tensor_counts(self) -> list[int]:
+        """How many tensors of the layout each stage holds (kernel, bias; the last stage
+        also the four head tensors), in layout order."""
+        counts = [1 + stage.layer.bias for stage in self.stages()]
+        counts[-1] += HEAD_TENSORS
+        return counts
+
+    def stage_flops(self) -> list[int]:
+        """Multiply-adds x 2 of each stage's forward pass for one state (pools, biases and
+        activations ignored):
+
+            conv:  2 * k * k * c_in * (H_out * W_out * c_out)     dense:  2 * n_in * n_out
+            heads (last stage): 2 * n_trunk_out * (A + 1)
+        """
+        flops = []
+        for stage in self.stages():
+            layer = stage.layer
+            fan_in = (layer.k * layer.k * stage.shape_in[-1] if layer.kind == "conv"
+                      else int(np.prod(stage.shape_in)))
+            flops.append(2 * fan_in * int(np.prod(stage.shape_out)))
+        flops[-1] += 2 * self.layers[-1].out * (self.num_actions + 1)
+        return flops
+
     def flops_per_state(self) -> int:
-        """Multiply-adds x 2 of one forward pass (convs and dense layers; pools ignored)."""
-        flops = 0
-        for layer, shape_in, shape_out in self._walk():
-            if layer.kind == "conv":
-                flops += 2 * layer.k * layer.k * shape_in[-1] * int(np.prod(shape_out))
-            elif layer.kind == "dense":
-                flops += 2 * int(np.prod(shape_in)) * layer.out
-        trunk_out = self.layers[-1].out
-        return flops + 2 * trunk_out * (self.num_actions + 1)
+        """Multiply-adds x 2 of one forward pass: the sum of :meth:`stage_flops`."""
+        return sum(self.stage_flops())
 
     def flops_per_data_point(self) -> int:
         """One prediction while acting plus forward and backward (~2x forward) in training."""
@@ -143,8 +189,25 @@ def make_net_spec(model_cfg: ModelConfig, obs_shape: tuple[int, ...], num_action
     return NetSpec(model_cfg.kind, model_cfg.hidden, tuple(obs_shape), num_actions)
 
 
-def forward(spec: NetSpec, variables: list, obs: Any) -> tuple[Any, Any]:
-    """The forward pass in TensorFlow: uint8/float obs [B, ...] -> (logits [B, A], v [B]).
+def preprocess(spec: NetSpec, obs: Any) -> Any:
+    """uint8/float obs [B, ...] -> float32 [B, *spec.input_hwc()]: pixels scaled by 1/255 and
+    the stacked frames (and colours) moved to the channel axis; vectors flattened."""
+    import tensorflow as tf
+
+    x = tf.cast(obs, tf.float32)
+    if spec.kind == "mlp":
+        return tf.reshape(x, [-1, spec.input_hwc()[0]])
+    x = x * (1.0 / 255.0)
+    if len(spec.obs_shape) == 4:  # [B, S, H, W, C] -> [B, H, W, S, C] -> [B, H, W, S*C]
+        x = tf.transpose(x, [0, 2, 3, 1, 4])
+    else:  # [B, S, H, W] -> [B, H, W, S]
+        x = tf.transpose(x, [0, 2, 3, 1])
+    return tf.reshape(x, [-1, *spec.input_hwc()])
+
+
+def layer_forward(stage: Stage, params: Sequence, x: Any) -> Any:
+    """One stage's layer: x [B, *stage.shape_in] -> act(pool(layer(x)) + bias)
+    [B, *stage.shape_next]; ``params`` = (kernel[, bias]).
 
     A max-pool after a conv layer runs before its bias and activation: max over a window
     commutes with adding a per-channel constant and with any non-decreasing activation, so
@@ -154,30 +217,48 @@ def forward(spec: NetSpec, variables: list, obs: Any) -> tuple[Any, Any]:
     """
     import tensorflow as tf
 
-    x = tf.cast(obs, tf.float32)
-    if spec.kind == "mlp":
-        x = tf.reshape(x, [-1, spec.input_hwc()[0]])
+    layer = stage.layer
+    if layer.kind == "conv":
+        x = tf.nn.conv2d(x, params[0], layer.stride, "VALID")
+        if stage.pooled:
+            x = tf.nn.max_pool2d(x, 2, 2, "VALID")
     else:
-        x = x * (1.0 / 255.0)
-        if len(spec.obs_shape) == 4:  # [B, S, H, W, C] -> [B, H, W, S, C] -> [B, H, W, S*C]
-            x = tf.transpose(x, [0, 2, 3, 1, 4])
-        else:  # [B, S, H, W] -> [B, H, W, S]
-            x = tf.transpose(x, [0, 2, 3, 1])
-        x = tf.reshape(x, [-1, *spec.input_hwc()])
-    it = iter(variables)
-    layers = spec.layers
-    for i, layer in enumerate(layers):
-        if layer.kind == "pool":
-            continue  # pooled with the conv before it
-        if layer.kind == "conv":
-            x = tf.nn.conv2d(x, next(it), layer.stride, "VALID")
-            if i + 1 < len(layers) and layers[i + 1].kind == "pool":
-                x = tf.nn.max_pool2d(x, 2, 2, "VALID")
-        else:
-            x = tf.matmul(tf.reshape(x, [tf.shape(x)[0], -1]), next(it))
-        if layer.bias:
-            x = x + next(it)
-        x = tf.nn.relu(x) if layer.act == "relu" else tf.tanh(x)
-    logits = tf.matmul(x, next(it)) + next(it)
-    v = tf.matmul(x, next(it)) + next(it)
-    return logits, v[:, 0]
+        x = tf.matmul(tf.reshape(x, [tf.shape(x)[0], -1]), params[0])
+    if layer.bias:
+        x = x + params[1]
+    return tf.nn.relu(x) if layer.act == "relu" else tf.tanh(x)
+
+
+def stage_params(spec: NetSpec, variables: Sequence) -> list[list]:
+    """The variables (in layout order) grouped by stage (:meth:`NetSpec.stage_tensor_counts`;
+    the heads' four with the last stage)."""
+    bounds = np.cumsum([0, *spec.stage_tensor_counts()])
+    return [list(variables[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+def stage_forward(spec: NetSpec, stage: int, params: Sequence, x: Any) -> Any:
+    """Stage ``stage`` of the forward pass, with that stage's variables ``params``.
+
+    Stage 0 takes the observations (:func:`preprocess`); stage b runs
+    :func:`layer_forward`; the last stage also the heads and returns
+    (logits [B, A], v [B]); the others return the activations [B, *shape_next].
+    """
+    import tensorflow as tf
+
+    stages = spec.stages()
+    if stage == 0:
+        x = preprocess(spec, x)
+    x = layer_forward(stages[stage], params, x)
+    if stage < len(stages) - 1:
+        return x
+    policy_w, policy_b, value_w, value_b = params[-HEAD_TENSORS:]
+    return tf.matmul(x, policy_w) + policy_b, (tf.matmul(x, value_w) + value_b)[:, 0]
+
+
+def forward(spec: NetSpec, variables: Sequence, obs: Any) -> tuple[Any, Any]:
+    """The forward pass in TensorFlow: uint8/float obs [B, ...] -> (logits [B, A], v [B]),
+    the stages of :func:`stage_forward` one after another."""
+    x = obs
+    for stage, params in enumerate(stage_params(spec, variables)):
+        x = stage_forward(spec, stage, params, x)
+    return x

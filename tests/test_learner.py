@@ -1,7 +1,8 @@
-"""The Learner's threading contract (dba3c.learner): a prediction made while another thread
+"""The Learner (dba3c.learner): its threading contract (a prediction made while another thread
 loads new parameters sees exactly one parameter version, and reports which; the actor tags
-data points with that version."""
+data points with that version), and the staged gradient against the one-call gradient."""
 
+import collections
 import itertools
 import os
 import queue
@@ -10,13 +11,15 @@ import sys
 import threading
 
 import numpy as np
+import pytest
 
 from dba3c.config import TrainConfig
 from dba3c.envs import Step
 from dba3c.learner import Learner
 from dba3c.models import NetSpec
+from dba3c.params import layer_buckets
 from dba3c.rollout import RolloutAssembler
-from dba3c.worker import Actor
+from dba3c.worker import Actor, synthetic_batch
 
 SPEC = NetSpec("mlp", 16, (4,), 3)  # 8 variables: fc0, fc1, policy, value (kernel, bias)
 
@@ -24,6 +27,15 @@ SPEC = NetSpec("mlp", 16, (4,), 3)  # 8 variables: fc0, fc1, policy, value (kern
 def outputs_equal(a: tuple, b: tuple) -> bool:
     """Whether two (pi, v) predictions agree to float32 rounding."""
     return all(np.allclose(x, y, rtol=1e-5, atol=1e-6) for x, y in zip(a, b))
+
+
+def python_output(code: str, timeout: float) -> list[str]:
+    """The words ``code`` prints in a fresh Python process (which must succeed in
+    ``timeout`` seconds)."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()
 
 
 def two_versions() -> tuple[Learner, dict[int, np.ndarray], np.ndarray, dict[int, tuple]]:
@@ -149,10 +161,7 @@ def test_a_learner_sizes_tensorflow_s_thread_pools_from_the_config():
         "    Learner(spec, TrainConfig(intra_op_threads=2), spec.init_params(2))\n"
         "except RuntimeError:\n"
         "    print('refused')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["1", "3", "refused"]
+    assert python_output(code, timeout=300) == ["1", "3", "refused"]
 
 
 def test_dba3c_turns_on_onednn_kernels_unless_the_environment_says_otherwise():
@@ -163,3 +172,167 @@ def test_dba3c_turns_on_onednn_kernels_unless_the_environment_says_otherwise():
         out = subprocess.run([sys.executable, "-c", probe], env={**env, **environ},
                              capture_output=True, text=True, check=True).stdout
         assert out.split("\n")[-2] == expected, out
+
+
+# --------------------------------------------------------------------------- staged gradient
+
+STAGED = {  # the paper's net as configured for Breakout, A3C-FF, an MLP
+    "ba3c": NetSpec("ba3c", 128, (4, 84, 84), 6),
+    "a3c_ff": NetSpec("a3c_ff", 32, (4, 84, 84), 6),
+    "mlp": NetSpec("mlp", 16, (4,), 3),
+}
+NUM_STAGES = {"ba3c": 5, "a3c_ff": 3, "mlp": 2}
+BATCH = 4
+
+
+def staged_setup(name: str, cfg: TrainConfig | None = None) -> tuple:
+    """A Learner on parameters theta1, a second parameter vector theta2 (every element
+    differs), and a batch whose returns are large enough for the average-norm clip to bite
+    on the heads."""
+    spec = STAGED[name]
+    theta1, theta2 = spec.init_params(1), spec.init_params(2)
+    theta2[theta2 == 0] = 0.05  # biases too
+    batch = synthetic_batch(spec, BATCH, (0, 0, 3))
+    learner = Learner(spec, cfg or TrainConfig(), theta1)
+    return learner, theta1, theta2, (batch.obs, batch.a, 10.0 * batch.R)
+
+
+def run_staged(learner: Learner, batch: tuple, before_forward=lambda b: None) -> tuple:
+    """The staged gradient with recording callbacks: (flat gradient in bucket order, losses,
+    the calls as ("forward", b) / ("backward", b))."""
+    calls: list[tuple[str, int]] = []
+    buckets: dict[int, np.ndarray] = {}
+
+    def forward_hook(b: int) -> None:
+        calls.append(("forward", b))
+        before_forward(b)
+
+    def backward_hook(b: int, g_b: np.ndarray) -> None:
+        calls.append(("backward", b))
+        assert g_b.dtype == np.float32
+        buckets[b] = g_b.copy()
+
+    stats = learner.staged_gradient(*batch, forward_hook, backward_hook)
+    return np.concatenate([buckets[b] for b in sorted(buckets)]), stats, calls
+
+
+def assert_same_gradient(staged: np.ndarray, whole: np.ndarray) -> None:
+    # float32: the stages run the same kernels on the same values, but TensorFlow may fuse
+    # or order the sums differently across graphs (conv gradients sum over up to 80 x 80 x 4
+    # positions); 1e-5 relative, and 1e-5 of the largest entry for entries near zero, as
+    # for the pooled-first forward in tests/test_models.py
+    assert staged.shape == whole.shape
+    np.testing.assert_allclose(staged, whole, rtol=1e-5, atol=1e-5 * np.abs(whole).max())
+
+
+@pytest.mark.parametrize("name", list(STAGED))
+def test_staged_gradient_buckets_concatenate_to_the_one_call_gradient(name):
+    learner, _, _, batch = staged_setup(name)
+    whole, stats = learner.gradient(*batch)
+    staged, staged_stats, calls = run_staged(learner, batch)
+    assert_same_gradient(staged, whole)
+    assert staged_stats.keys() == stats.keys()
+    for key in stats:  # float32 scalars from the same math
+        assert staged_stats[key] == pytest.approx(stats[key], rel=1e-6, abs=1e-7), key
+    # every forward stage before the first bucket leaves, then the buckets last to first
+    stages = NUM_STAGES[name]
+    assert len(layer_buckets(learner.layout)) == stages
+    assert calls == ([("forward", b) for b in range(stages)]
+                     + [("backward", b) for b in reversed(range(stages))])
+
+
+def test_the_clip_bites_in_the_staged_comparison():
+    # what makes the comparison above cover clipping: the MLP's heads exceed the average-norm
+    # threshold on that batch, so the clipped gradient differs from the unclipped one
+    clipped, _, _, batch = staged_setup("mlp")
+    unclipped, _, _, _ = staged_setup("mlp", TrainConfig(grad_clip=0.0))
+    assert not np.allclose(clipped.gradient(*batch)[0], unclipped.gradient(*batch)[0])
+    assert_same_gradient(run_staged(unclipped, batch)[0], unclipped.gradient(*batch)[0])
+
+
+@pytest.mark.parametrize("name", list(STAGED))
+def test_before_forward_runs_before_its_stage(name):
+    # bucket b of theta2 arrives in before_forward(b): the staged gradient is theta2's
+    learner, theta1, theta2, batch = staged_setup(name)
+    bounds = [*learner.buckets, learner.layout.num_params]
+    staged, _, _ = run_staged(learner, batch, lambda b: learner.assign_bucket(
+        b, theta2[bounds[b]:bounds[b + 1]]))
+    learner.set_params(theta2)
+    on_theta2 = learner.gradient(*batch)[0]
+    assert_same_gradient(staged, on_theta2)
+    learner.set_params(theta1)
+    assert not np.allclose(learner.gradient(*batch)[0], on_theta2)  # theta2 mattered
+
+
+def test_assign_bucket_loads_the_training_variables_only():
+    learner, theta1, theta2, batch = staged_setup("a3c_ff")
+    pi_v = learner.predict(batch[0])
+    bounds = [*learner.buckets, learner.layout.num_params]
+    for b in range(len(learner.buckets)):
+        learner.assign_bucket(b, theta2[bounds[b]:bounds[b + 1]])
+    assert outputs_equal(learner.predict(batch[0]), pi_v)  # predictions keep theta1
+    np.testing.assert_array_equal(learner.get_params(), theta1)
+    after_assign = learner.gradient(*batch)[0]  # the gradient uses theta2
+    learner.set_params(theta2)
+    assert_same_gradient(after_assign, learner.gradient(*batch)[0])
+    assert not outputs_equal(learner.predict(batch[0]), pi_v)
+
+
+def test_a_staged_gradient_refuses_global_norm_clipping():
+    learner, _, _, batch = staged_setup("mlp", TrainConfig(grad_clip_mode="global_norm"))
+    with pytest.raises(ValueError, match="train.grad_clip_mode"):
+        run_staged(learner, batch)
+
+
+def test_a_callback_s_exception_leaves_the_staged_gradient_as_itself():
+    learner, _, _, batch = staged_setup("mlp")
+
+    def fail_at_bucket_1(b: int, g_b: np.ndarray) -> None:
+        if b == 1:
+            raise KeyError("bucket 1")
+
+    with pytest.raises(KeyError, match="bucket 1"):
+        learner.staged_gradient(*batch, lambda b: None, fail_at_bucket_1)
+    assert_same_gradient(run_staged(learner, batch)[0], learner.gradient(*batch)[0])
+
+
+def test_buckets_assigned_from_the_callbacks_on_one_inter_op_thread():
+    # the callbacks run inside the staged gradient's graph execution: with one inter-op
+    # thread a callback calling a tf.function would wait forever; assign_bucket's eager
+    # assigns do not (a subprocess: the thread pools are fixed per process)
+    code = (
+        "import numpy as np\n"
+        "from dba3c.config import TrainConfig\n"
+        "from dba3c.learner import Learner\n"
+        "from dba3c.models import NetSpec\n"
+        "from dba3c.worker import synthetic_batch\n"
+        "spec = NetSpec('a3c_ff', 32, (4, 84, 84), 6)\n"
+        "cfg = TrainConfig(intra_op_threads=1, inter_op_threads=1)\n"
+        "learner = Learner(spec, cfg, spec.init_params(1))\n"
+        "batch = synthetic_batch(spec, 4, (0, 0, 3))\n"
+        "theta2 = spec.init_params(2)\n"
+        "ends = [*learner.buckets, len(theta2)]\n"
+        "got = []\n"
+        "learner.staged_gradient(batch.obs, batch.a, batch.R,\n"
+        "    lambda b: learner.assign_bucket(b, theta2[ends[b]:ends[b + 1]]),\n"
+        "    lambda b, g: got.insert(0, g))\n"
+        "learner.set_params(theta2)\n"
+        "want = learner.gradient(batch.obs, batch.a, batch.R)[0]\n"
+        "print(np.abs(np.concatenate(got) - want).max() <= 1e-5 * np.abs(want).max())\n")
+    assert python_output(code, timeout=120) == ["True"]
+
+
+def test_the_staged_graph_runs_each_layer_once_forward_and_once_backward():
+    # the same convolutions, pools and matmuls, forward and backward, as the one-call graph:
+    # nothing recomputed, and no stage's gradient reaches back into the stages before it
+    # (before stop_gradient at the stage inputs it held 14 Conv2DBackpropFilter ops, not 4)
+    learner, _, _, _ = staged_setup("ba3c")
+
+    def layer_ops(fn) -> dict[str, int]:
+        ops = fn.get_concrete_function().graph.get_operations()
+        return {k: n for k, n in collections.Counter(op.type for op in ops).items()
+                if k.startswith(("Conv2D", "MaxPool", "MatMul"))}
+
+    staged, whole = layer_ops(learner._staged), layer_ops(learner._gradient)
+    assert staged == whole
+    assert staged["Conv2D"] == 4 and staged["Conv2DBackpropFilter"] == 4

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from dba3c.models import NetSpec, forward, make_net_spec
-from dba3c.params import unflatten
+from dba3c.params import layer_buckets, unflatten
 
 GRAY = (4, 84, 84)  # 4 stacked grayscale frames, channels first
 RGB = (4, 84, 84, 3)
@@ -190,6 +190,21 @@ def test_a3c_ff_flops_by_hand():
 def test_mlp_flops_by_hand():
     # 2 * (4*64 + 64*64 + 64*(2+1)) = 2 * (256 + 4096 + 192) = 9088
     assert NetSpec("mlp", 64, (4,), 2).flops_per_state() == 9088
+
+
+def test_mlp_stage_flops_by_hand():
+    # stage 0 = fc0: 2 * 4 * 64 = 512; stage 1 = fc1 + heads: 2 * 64 * 64 + 2 * 64 * (2 + 1)
+    # = 8192 + 384 = 8576; together the 9088 above
+    assert NetSpec("mlp", 64, (4,), 2).stage_flops() == [512, 8576]
+
+
+def test_ba3c_stage_flops_by_hand_follow_the_layer_buckets():
+    # one stage per bucket (conv0, conv2, conv4, conv6, fc7 + heads), each 2 x the
+    # multiply-adds of test_ba3c_flops_by_hand
+    spec = NetSpec("ba3c", 128, GRAY, 6)
+    assert spec.stage_flops() == [2 * 20_480_000, 2 * 33_177_600, 2 * 10_035_200,
+                                  2 * 921_600, 2 * (204_800 + 896)]
+    assert len(spec.stage_flops()) == len(layer_buckets(spec.layout())) == 5
 
 
 # --------------------------------------------------------------------------- initialisation
