@@ -49,6 +49,7 @@ from dba3c.models import NetSpec, make_net_spec
 from dba3c.params import layer_buckets
 from dba3c.roles import overlaps, required_world_size
 from dba3c.rundir import RunDir, write_atomic
+from dba3c.synthetic import stage_seconds
 
 if TYPE_CHECKING:
     from dba3c.launchers.bench import RssSampler
@@ -252,29 +253,14 @@ class Bucket:
     flops: int
 
 
-def stage_flops(spec: NetSpec) -> list[int]:
-    """Forward FLOPs per state (multiply-adds x 2) of each stage of ``spec``: a trunk layer
-    with parameters and the pool after it (pools count nothing, as in
-    :meth:`NetSpec.flops_per_state`), the policy and value heads in the last stage. They sum
-    to ``flops_per_state()``."""
-    flops: list[int] = []
-    for layer, shape_in, shape_out in spec._walk():
-        if layer.kind == "conv":
-            flops.append(2 * layer.k * layer.k * shape_in[-1] * math.prod(shape_out))
-        elif layer.kind == "dense":
-            flops.append(2 * math.prod(shape_in) * layer.out)
-    flops[-1] += 2 * spec.layers[-1].out * (spec.num_actions + 1)
-    return flops
-
-
 def net_buckets(spec: NetSpec) -> tuple[Bucket, ...]:
     """The buckets of ``spec``'s parameter vector (one per layer with parameters, the heads
-    in the last), each with its stage's forward FLOPs (:func:`stage_flops`)."""
+    in the last), each with its stage's forward FLOPs (:meth:`NetSpec.stage_flops`)."""
     layout = spec.layout()
     starts = layer_buckets(layout)
     ends = (*starts[1:], layout.num_params)
     return tuple(Bucket(hi - lo, flops)
-                 for lo, hi, flops in zip(starts, ends, stage_flops(spec), strict=True))
+                 for lo, hi, flops in zip(starts, ends, spec.stage_flops(), strict=True))
 
 
 def buckets_of(cfg: Config) -> tuple[Bucket, ...]:
@@ -302,16 +288,13 @@ def overlap_stages(buckets: Sequence[Bucket], workers: int, compute_s: float,
     (W - 1)/W x ``wire_bytes``(N_b) / rate (summed over the buckets, the serial model's
     :func:`comm_seconds`), plus its message rounds, :func:`phase_rounds` x
     ``ROUND_POLL_CAPS`` x ``poll_s``."""
-    backward = [2 * b.flops for b in buckets]
-    backward[0] = buckets[0].flops
-    total = sum(b.flops for b in buckets) + sum(backward)
+    forward, backward = stage_seconds(compute_s, [b.flops for b in buckets])
     rounds_s = phase_rounds(workers, algorithm) * ROUND_POLL_CAPS * poll_s
     share = (workers - 1) / workers
     stages = []
-    for bucket, flops_back in zip(buckets, backward, strict=True):
+    for bucket, forward_s, backward_s in zip(buckets, forward, backward, strict=True):
         link_s = share * wire_bytes(bucket.params) / rate_bytes_per_s + rounds_s
-        stages.append(Stage(compute_s * bucket.flops / total, compute_s * flops_back / total,
-                            link_s, link_s))
+        stages.append(Stage(forward_s, backward_s, link_s, link_s))
     return stages
 
 
