@@ -94,29 +94,22 @@ class Throttled:
 
 class Arriving:
     """theta_{t+1} arriving bucket by bucket (:class:`~dba3c.core.Incoming`): one allgather
-    per bucket into the client's theta buffer, one at a time, bucket 0 first
-    (:meth:`CollectiveClient.gather_more` starts each once the one before completed)."""
+    per bucket into the client's theta buffer, bucket 0 posted first."""
 
-    def __init__(self, client: CollectiveClient):
-        self.client = client
-        self.requests: list[Request] = []  # bucket b's allgather, once started
+    def __init__(self, client: CollectiveClient, requests: list[Request]):
+        self.client, self.requests = client, requests
         self.version = client.shard.version
         self.nonfinite_streak = client.shard.nonfinite_streak
 
-    def arrived(self, bucket: int) -> bool:
-        """Whether bucket ``bucket`` is in (call under the client's lock)."""
-        self.client.gather_more()
-        return len(self.requests) > bucket and self.requests[bucket].test()
-
     def wait(self, bucket: int) -> np.ndarray:
         """Bucket ``bucket`` of theta (a view of the client's buffer)."""
-        self.client.wait_for(lambda: self.arrived(bucket))
+        self.client.wait(self.requests[bucket])
         lo, hi = self.client.plan.bucket_bounds(bucket)
         return self.client.theta[lo:hi]
 
     def params(self) -> Params:
         """The whole of theta_{t+1} (a copy)."""
-        self.client.wait_for(lambda: self.arrived(self.client.num_buckets - 1))
+        self.client.wait(*self.requests)
         return Params(self.version, self.client.theta.copy(), self.nonfinite_streak)
 
 
@@ -156,22 +149,17 @@ class CollectiveClient:
         self._control = np.zeros(2, np.int64)
         self._sent = np.zeros(2, np.int64)
         self._lock = threading.Lock()
-        self._in_flight: list[Request] = []  # this step's reduce-scatters and control
+        self._in_flight: list[Request] = []  # this step's reduce-scatters, the allgathers
         self._next_bucket = self.num_buckets - 1
-        self._arriving: Arriving | None = None  # the allgathers of the newest version
         self.stopping = train.reached_max_steps(shard.version)
 
-    def wait_for(self, done: Callable[[], bool]) -> None:
-        """Poll ``done`` (under the lock) until it is true, sleeping, doing the idle work."""
-        def locked() -> bool:
-            with self._lock:
-                return done()
-
-        wait_until(locked, self.idle, max_sleep_s=self.max_sleep_s)
-
     def wait(self, *requests: Request) -> None:
-        """Poll until ``requests`` completed."""
-        self.wait_for(lambda: all([r.test() for r in requests]))
+        """Poll until ``requests`` completed (sleeping, doing the idle work)."""
+        def done() -> bool:
+            with self._lock:
+                return all([r.test() for r in requests])
+
+        wait_until(done, self.idle, max_sleep_s=self.max_sleep_s)
 
     def progress(self) -> None:
         """Test the requests in flight (MPI advances a nonblocking collective only inside a
@@ -179,31 +167,18 @@ class CollectiveClient:
         if self._lock.acquire(blocking=False):
             try:
                 self._in_flight = [r for r in self._in_flight if not r.test()]
-                self.gather_more()
             finally:
                 self._lock.release()
 
     def _allgathers(self) -> Arriving:
-        self._arriving = Arriving(self)
+        requests = []
         with self._lock:
-            self.gather_more()
-        return self._arriving
-
-    def gather_more(self) -> None:
-        """(Under the lock.) Start the next bucket's allgather once the one before completed.
-        One at a time, in bucket order: started together, the FC layer's allgather held back
-        the first layers', which the next forward pass needs first (their messages queued
-        behind its on the same links; emulated W = 64, FC 512: 3.7 ms a step). Every rank
-        starts them in the same order, all before the next step's first reduce-scatter (the
-        forward pass waits for every bucket)."""
-        arriving = self._arriving
-        while arriving is not None and len(arriving.requests) < self.num_buckets and (
-                not arriving.requests or arriving.requests[-1].test()):
-            b = len(arriving.requests)
-            lo, hi = self.plan.bucket_bounds(b)
-            arriving.requests.append(self.group.iallgather(
-                self.shard.theta_shard[self._in_shard[b]], self.theta[lo:hi],
-                self.plan.counts(b)))
+            for b, piece in enumerate(self._in_shard):
+                lo, hi = self.plan.bucket_bounds(b)
+                requests.append(self.group.iallgather(self.shard.theta_shard[piece],
+                                                      self.theta[lo:hi], self.plan.counts(b)))
+            self._in_flight += requests
+        return Arriving(self, requests)
 
     def pull(self) -> Params:
         """The start parameters: every rank's shard, gathered."""
@@ -238,8 +213,6 @@ class CollectiveClient:
             raise RuntimeError(f"finish with bucket {self._next_bucket} not offered")
         self._next_bucket = self.num_buckets - 1
         self.wait(*self._in_flight)
-        last = self.num_buckets - 1  # Adam changes the shard: the allgathers' send buffer
-        self.wait_for(lambda: self._arriving is None or self._arriving.arrived(last))
         with self._lock:
             self._in_flight = []
         if self._control[NONFINITE]:
@@ -251,7 +224,7 @@ class CollectiveClient:
         self.stopping = (bool(self._control[STOP_REQUESTED])
                          or self.train.reached_max_steps(arriving.version))
         if arriving.nonfinite_streak >= self.train.max_nonfinite:  # the run ends here
-            arriving.params()  # nothing left in flight
+            self.wait(*arriving.requests)  # nothing left in flight
             if not self.chief:
                 return None
         return arriving
