@@ -124,14 +124,18 @@ class SyntheticWorker(Worker):
         """The seeded gradient bucket by bucket on the modelled timeline
         (:func:`stage_seconds`): stage b's forward pass starts once ``before_forward(b)``
         returned (waiting for its parameters is not compute); bucket b leaves when its
-        backward pass ends, the last bucket first."""
-        t0 = time.perf_counter()
-        grad = synthetic_gradient(self.num_params, self.cfg.run.seed, self.rank, version)
+        backward pass ends, the last bucket first. Making the gradient counts as compute, as
+        in :meth:`_gradient_of`: it runs in stage 0's forward time (after the stage's
+        parameters arrived; made before them, it delayed every rank's step by the time 64
+        ranks on 2 cores took to make theirs at once)."""
         forward_s, backward_s = stage_seconds(self._compute_seconds(version), self.stage_flops)
-        deadline = t0
+        deadline = time.perf_counter()
         for b, seconds in enumerate(forward_s):
             before_forward(b)
             deadline = max(deadline, time.perf_counter()) + seconds
+            if b == 0:
+                grad = synthetic_gradient(self.num_params, self.cfg.run.seed, self.rank,
+                                          version)
             sleep_until(deadline)
         for b in reversed(range(len(backward_s))):
             deadline += backward_s[b]
