@@ -34,6 +34,12 @@ if TYPE_CHECKING:  # TensorFlow: synthetic-compute workers (dba3c.synthetic) imp
     from dba3c.models import NetSpec
 
 AfterStep = Callable[[Params, WorkerReport], bool]
+# The Poller of a staged step tests the collectives in flight every PROGRESS_CAPS x
+# dist.collective_poll_us (200 us by default): every wake takes the GIL from the actor and
+# TensorFlow's callbacks, and at 50 us two real Breakout ranks on 2 cores stepped 1.6x slower
+# (0.43 against 0.27 s a step with overlap off; docs/benchmarks.md). The collectives it
+# advances are the hidden ones; a rank blocked on one polls at the cap itself.
+PROGRESS_CAPS = 4
 StagedStep = tuple[Batch, Callable[[int], None], Callable[[int, np.ndarray], None]]
 """A mini-batch and the staged gradient's hooks: before stage b's forward pass, after
 bucket b's gradient (:meth:`Worker.train_staged`)."""
@@ -214,7 +220,7 @@ class Worker:
                 self.learner.assign_bucket(bucket, theta_bucket)
 
         try:
-            with Poller(client.progress, self.cfg.dist.collective_poll_s):
+            with Poller(client.progress, PROGRESS_CAPS * self.cfg.dist.collective_poll_s):
                 while True:
                     batch = self._next_batch(params.version)
                     lap("wait data")
