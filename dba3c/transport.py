@@ -26,7 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
@@ -96,16 +96,45 @@ def offsets(counts: Sequence[int]) -> list[int]:
 
 
 def wait_until(done: Callable[[], bool], idle: Callable[[], None] | None = None,
-               max_sleep_s: float = 0.0005) -> None:
-    """Poll ``done`` until it is true, sleeping between polls (50 us, or ``max_sleep_s`` if
-    shorter, doubling to ``max_sleep_s``) and calling ``idle`` between them (e.g. the chief's
-    bookkeeping)."""
+               max_sleep_s: float = 0.0005, quick_s: float = 0.0,
+               quick_sleep_s: float = 0.0) -> None:
+    """Poll ``done`` until it is true, sleeping between polls and calling ``idle`` between
+    them (e.g. the chief's bookkeeping): for the first ``quick_s`` seconds sleeps of
+    ``quick_sleep_s``, then 50 us (or ``max_sleep_s`` if shorter) doubling to
+    ``max_sleep_s``. The quick start suits waits that are usually short, such as a
+    collective's last message rounds; a long wait still backs off."""
+    quick_until = time.perf_counter() + quick_s
     sleep = min(5e-5, max_sleep_s)
     while not done():
         if idle is not None:
             idle()
+        if quick_s and time.perf_counter() < quick_until:
+            time.sleep(quick_sleep_s)
+            continue
         time.sleep(sleep)
         sleep = min(sleep * 2, max_sleep_s)
+
+
+QUICK_CAPS, QUICK_DIVISOR = 20, 5
+
+
+class WaitSleeps(TypedDict, total=False):
+    """:func:`wait_until`'s sleep arguments."""
+
+    max_sleep_s: float
+    quick_s: float
+    quick_sleep_s: float
+
+
+def collective_wait(cap_s: float) -> WaitSleeps:
+    """:func:`wait_until`'s sleeps for a rank blocked in a collective whose poll cap is
+    ``cap_s``: ``QUICK_DIVISOR`` times faster for its first ``QUICK_CAPS`` caps (10 us for
+    1 ms at the default 50 us), then backing off to the cap. With the communication hidden
+    behind compute, what a step still waits for is the first layer's reduce-scatter and
+    allgather, ~1.4 ms of message rounds that each wait for a poll (docs/benchmarks.md); a
+    long wait (a straggler) still polls at the cap."""
+    return {"max_sleep_s": cap_s, "quick_s": QUICK_CAPS * cap_s,
+            "quick_sleep_s": cap_s / QUICK_DIVISOR}
 
 
 class Poller:

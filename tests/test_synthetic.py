@@ -350,3 +350,21 @@ def test_a_poller_polls_while_open_and_not_after():
     after = count[0]
     time.sleep(0.01)
     assert count[0] == after
+
+
+def test_wait_until_polls_quickly_at_first_then_backs_off(monkeypatch):
+    import dba3c.transport as transport
+
+    clock, sleeps = [0.0], []
+
+    def fake_sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        clock[0] += seconds
+
+    monkeypatch.setattr(transport.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(transport.time, "sleep", fake_sleep)
+    polls = iter(range(10))
+    transport.wait_until(lambda: next(polls) == 9, max_sleep_s=4e-4, quick_s=3e-5,
+                         quick_sleep_s=1e-5)
+    # 3 quick sleeps of 10 us fill the first 30 us; then 50 us doubling to the 400 us cap
+    np.testing.assert_allclose(sleeps, [1e-5] * 3 + [5e-5, 1e-4, 2e-4, 4e-4, 4e-4, 4e-4])

@@ -67,7 +67,7 @@ from dba3c.errors import TrainingError
 from dba3c.models import NetSpec
 from dba3c.params import ShardPlan
 from dba3c.roles import Roles, make_shard_plan, overlaps
-from dba3c.transport import Collectives, Request, Transport, wait_until
+from dba3c.transport import Collectives, Request, Transport, collective_wait, wait_until
 from dba3c.watchdog import StallClock
 from dba3c.worker import AfterStep, Worker
 
@@ -159,7 +159,7 @@ class CollectiveClient:
             with self._lock:
                 return all([r.test() for r in requests])
 
-        wait_until(done, self.idle, max_sleep_s=self.max_sleep_s)
+        wait_until(done, self.idle, **collective_wait(self.max_sleep_s))
 
     def progress(self) -> None:
         """Test the requests in flight (MPI advances a nonblocking collective only inside a

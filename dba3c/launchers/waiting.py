@@ -40,21 +40,27 @@ from dba3c.transport import (
     TIMER_SLACK_NS,
     MpiRequest,
     MpiTransport,
+    WaitSleeps,
+    collective_wait,
     precise_sleeps,
     wait_until,
 )
 
 PAPER_PARAMS = 332_295  # the paper's network at FC 128 (RGB input padded to 16 channels)
-STRATEGIES = ("poll-500us", "poll-50us", "poll-20us", "poll-10us", "block")
+STRATEGIES = ("poll-500us", "poll-50us", "poll-20us", "poll-10us", "quick-50us", "block")
 
 
-def poll_cap_s(strategy: str) -> float | None:
-    """The longest sleep of a ``poll-<N>us`` strategy in seconds; None for ``block``."""
+def wait_policy(strategy: str) -> WaitSleeps | None:
+    """:func:`~dba3c.transport.wait_until`'s sleeps for a strategy: ``poll-<N>us`` doubles
+    them up to N us; ``quick-<N>us`` is a collective client's wait at a cap of N us
+    (:func:`~dba3c.transport.collective_wait`: quick polls first); None for ``block``."""
     if strategy == "block":
         return None
-    if strategy.startswith("poll-") and strategy.endswith("us"):
-        return float(strategy[5:-2]) / 1e6
-    raise ValueError(f"strategy {strategy!r}: expected poll-<N>us or block")
+    for prefix in ("poll-", "quick-"):
+        if strategy.startswith(prefix) and strategy.endswith("us"):
+            cap_s = float(strategy[len(prefix):-2]) / 1e6
+            return collective_wait(cap_s) if prefix == "quick-" else WaitSleeps(max_sleep_s=cap_s)
+    raise ValueError(f"strategy {strategy!r}: expected poll-<N>us, quick-<N>us or block")
 
 
 def measure(strategy: str, num_params: int, rounds: int, late_s: float,
@@ -68,11 +74,11 @@ def measure(strategy: str, num_params: int, rounds: int, late_s: float,
     grad = np.ones(num_params, np.float32)
     part = np.zeros(counts[group.rank], np.float32)
     theta = np.zeros(num_params, np.float32)
-    cap_s = poll_cap_s(strategy)
+    policy = wait_policy(strategy)
 
     def wait(request: MpiRequest) -> None:
-        if cap_s is not None:
-            wait_until(request.test, max_sleep_s=cap_s)
+        if policy is not None:
+            wait_until(request.test, **policy)
         else:
             request.wait()
 
@@ -163,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     strategies = args.strategies.split(",")
     for strategy in strategies:
         try:
-            poll_cap_s(strategy)
+            wait_policy(strategy)
         except ValueError as e:
             p.error(str(e))
     points = []
