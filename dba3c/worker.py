@@ -219,6 +219,14 @@ class Worker:
                 self.t_wait_params += time.perf_counter() - t0
                 self.learner.assign_bucket(bucket, theta_bucket)
 
+        def land(arriving: Incoming, report: WorkerReport) -> Params:
+            """The version that has wholly arrived into the prediction variables; its
+            step's ``after_step``."""
+            params = arriving.params()
+            self.learner.set_params(params.theta, params.version)
+            after_step(params, report)
+            return params
+
         try:
             with Poller(client.progress, PROGRESS_CAPS * self.cfg.dist.collective_poll_s):
                 while True:
@@ -230,9 +238,7 @@ class Worker:
                     losses = self._staged((batch, before_forward, after_backward), version)
                     lap("gradient (and the parameters of its forward pass)")
                     if arriving is not None:  # theta_version has wholly arrived
-                        params = arriving.params()
-                        self.learner.set_params(params.theta, params.version)
-                        after_step(params, report)
+                        params = land(arriving, report)
                         lap("after step (report, metrics, checkpoints)")
                     t0 = time.perf_counter()
                     arriving = client.finish()
@@ -243,10 +249,7 @@ class Worker:
                     self._check_streak(arriving.nonfinite_streak, arriving.version)
                     report = self.report(losses, float(version - batch.version.mean()))
                     if client.stopping:
-                        params = arriving.params()
-                        self.learner.set_params(params.theta, params.version)
-                        after_step(params, report)
-                        return params
+                        return land(arriving, report)
         finally:
             self.stop()
 
