@@ -27,6 +27,15 @@ def dba3c(*args, timeout=300, check=True, env=None, **kw) -> subprocess.Complete
     return proc
 
 
+def python_output(code: str, timeout: float) -> list[str]:
+    """The words ``code`` prints in a fresh Python process (which must succeed in
+    ``timeout`` seconds) started in the repository root."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()
+
+
 def read_jsonl(path: Path) -> list[dict]:
     """Every JSON line of a file; strict (a torn line fails), unlike dba3c.rundir's reader,
     so tests check the files independently of it."""

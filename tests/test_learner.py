@@ -21,21 +21,14 @@ from dba3c.params import layer_buckets
 from dba3c.rollout import RolloutAssembler
 from dba3c.worker import Actor, synthetic_batch
 
+from conftest import python_output
+
 SPEC = NetSpec("mlp", 16, (4,), 3)  # 8 variables: fc0, fc1, policy, value (kernel, bias)
 
 
 def outputs_equal(a: tuple, b: tuple) -> bool:
     """Whether two (pi, v) predictions agree to float32 rounding."""
     return all(np.allclose(x, y, rtol=1e-5, atol=1e-6) for x, y in zip(a, b))
-
-
-def python_output(code: str, timeout: float) -> list[str]:
-    """The words ``code`` prints in a fresh Python process (which must succeed in
-    ``timeout`` seconds)."""
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.split()
 
 
 def two_versions() -> tuple[Learner, dict[int, np.ndarray], np.ndarray, dict[int, tuple]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_close, dba3c, latest_checkpoint, read_jsonl
+from conftest import ROOT, assert_close, dba3c, latest_checkpoint, python_output, read_jsonl
 
 SYNTH = ["debug.synthetic_data=true", "eval.every=0", "run.progress=none", "run.log_every=1"]
 METRIC_KEYS = {"step", "time_s", "perf/data_points_per_s", "perf/env_frames_per_s",
@@ -69,6 +69,24 @@ def _launch(run_dir, workers, ps, *extra, timeout=240):
                  *SYNTH, "model.kind=a3c_ff", "train.batch_size=8", "train.max_steps=5",
                  "train.max_seconds=0", "run.checkpoint_every=5", f"run.dir={run_dir}", *extra,
                  timeout=timeout)
+
+
+def test_thread_settings_reach_tensorflow_in_train_and_launch(tmp_path):
+    """train.intra_op_threads / inter_op_threads size a training process's TensorFlow pools,
+    though the chief's TensorBoard writer starts TensorFlow before the learner exists (it
+    used to fix the pools first: RuntimeError and a traceback from `dba3c train`)."""
+    threads = ["train.intra_op_threads=1", "train.inter_op_threads=3"]
+    overrides = [*SYNTH, "model.kind=a3c_ff", "train.batch_size=8", "train.max_seconds=0",
+                 "train.max_steps=3", f"run.dir={tmp_path / 'train'}", *threads]
+    code = ("from dba3c.runner import train\n"
+            f"code = train('configs/breakout.yaml', {overrides!r}, 1)\n"
+            "import tensorflow as tf\n"
+            "t = tf.config.threading\n"
+            "print(code, t.get_intra_op_parallelism_threads(), "
+            "t.get_inter_op_parallelism_threads())\n")
+    assert python_output(code, timeout=120) == ["0", "1", "3"]
+    _launch(tmp_path / "launch", 1, 1, *threads)  # the distributed chief trains: exit 0
+    assert latest_checkpoint(tmp_path / "launch").step == 5
 
 
 @pytest.mark.slow
