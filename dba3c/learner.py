@@ -48,9 +48,12 @@ def onednn_enabled() -> bool:
 class Learner:
     """Variables, prediction and gradient computation for one network.
 
-    Two copies of the variables: the prediction variables (:attr:`variables`, what
-    :meth:`predict` and :meth:`get_params` read) and the training variables
-    (:attr:`train_variables`, what :meth:`gradient` and :meth:`staged_gradient` read).
+    The prediction variables (:attr:`variables`, what :meth:`predict` and :meth:`get_params`
+    read) and the training variables (:attr:`train_variables`, what :meth:`gradient` and
+    :meth:`staged_gradient` read) are the same variables unless the Learner is made with
+    ``staged=True``, for :meth:`staged_gradient`, whose parameters arrive bucket by bucket
+    (:meth:`assign_bucket`) while predictions go on with the last whole version: then they are
+    two copies, and :meth:`set_params` loads both.
 
     Threading contract: one thread predicts (the actor) while another (the trainer) computes
     gradients and loads new parameters; each prediction sees exactly one parameter version.
@@ -59,21 +62,27 @@ class Learner:
     step), so a prediction running meanwhile could read some layers old and some new (it did,
     in up to 8% of predictions, see docs/architecture.md). A lock around each prediction and
     each assignment of the prediction variables rules that out, and
-    :meth:`predict_with_version` says which version acted. The training variables belong to
-    the trainer thread alone: :meth:`set_params` writes them too (outside the lock),
-    :meth:`assign_bucket` writes one bucket of them and nothing else, without a lock, so
-    parameters may arrive layer by layer during a :meth:`staged_gradient` while predictions
-    go on with the last whole version. The gradients take no lock.
+    :meth:`predict_with_version` says which version acted. The gradients take no lock: the
+    trainer thread is the only one that writes variables. With ``staged=True`` the training
+    copy belongs to it alone: :meth:`set_params` writes it outside the lock and
+    :meth:`assign_bucket` writes one bucket of it and nothing else, without a lock.
     """
 
-    def __init__(self, spec: NetSpec, train_cfg: TrainConfig, theta: np.ndarray):
+    def __init__(self, spec: NetSpec, train_cfg: TrainConfig, theta: np.ndarray, *,
+                 staged: bool = False):
         set_tensorflow_threads(train_cfg.intra_op_threads, train_cfg.inter_op_threads)
         self.spec = spec
         self.layout = spec.layout()
+        self.staged = staged
         tensors = unflatten(self.layout, np.asarray(theta, np.float32))
-        self.variables, self.train_variables = (
-            [tf.Variable(t, name=f"{prefix}{n.replace('/', '_')}")
-             for n, t in zip(self.layout.names, tensors)] for prefix in ("", "train_"))
+
+        def make_variables(prefix: str) -> list[tf.Variable]:
+            return [tf.Variable(t, name=f"{prefix}{n.replace('/', '_')}")
+                    for n, t in zip(self.layout.names, tensors)]
+
+        self.variables = make_variables("")
+        # one copy fewer to load each step where nothing arrives bucket by bucket
+        self.train_variables = make_variables("train_") if staged else self.variables
         self.buckets = layer_buckets(self.layout)
         self._clip, self._clip_mode = train_cfg.grad_clip, train_cfg.grad_clip_mode
         obs_sig = tf.TensorSpec([None, *spec.obs_shape],
@@ -95,19 +104,19 @@ class Learner:
             return flat_concat(clip(tape.gradient(loss, self.train_variables))), loss, parts
 
         self._predict, self._gradient = predict, gradient
-        self._assign, self._assign_train = map(assign_function, (self.variables,
-                                                                 self.train_variables))
+        self._assign = assign_function(self.variables)
+        self._assign_train = assign_function(self.train_variables) if staged else None
         train_stages = stage_params(spec, self.train_variables)
         self._train_stages = train_stages
         self._hooks = StageHooks()
 
         @tf.function(input_signature=[obs_sig, action_sig, return_sig])
-        def staged(obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor) -> tuple:
+        def staged_call(obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor) -> tuple:
             return staged_graph(spec, train_stages, self._hooks,
                                 lambda out: loss_fn(out[0], out[1], a, R),
                                 lambda grads: flat_concat(clip(grads)), obs)
 
-        self._staged = staged
+        self._staged = staged_call
         self._params_lock = threading.Lock()  # a prediction sees one version of the variables
         self._version = 0
 
@@ -149,9 +158,11 @@ class Learner:
         call :meth:`assign_bucket` (eager assigns), but not a ``tf.function``, which with
         ``train.inter_op_threads=1`` would wait forever for the one inter-op thread.
 
-        Raises ValueError when ``train.grad_clip_mode`` is ``global_norm`` (with clipping
-        on): that clip needs the whole gradient before any bucket can leave.
+        Raises ValueError when the Learner was not made with ``staged=True``, or when
+        ``train.grad_clip_mode`` is ``global_norm`` (with clipping on): that clip needs the
+        whole gradient before any bucket can leave.
         """
+        self._require_staged("staged_gradient")
         if self._clip > 0 and self._clip_mode == "global_norm":
             raise ValueError("a staged gradient clips bucket by bucket: train.grad_clip_mode "
                              "global_norm needs the whole gradient (use gradient())")
@@ -162,8 +173,9 @@ class Learner:
     def set_params(self, theta: np.ndarray, version: int = 0) -> None:
         """Load a flat parameter vector, parameter version ``version``, into the prediction
         variables (after any prediction in progress, which finishes on the previous
-        parameters) and the training variables."""
-        self._assign_train(theta)
+        parameters) and, if they are another copy, the training variables."""
+        if self._assign_train is not None:
+            self._assign_train(theta)
         with self._params_lock:
             self._assign(theta)
             self._version = version
@@ -171,11 +183,18 @@ class Learner:
     def assign_bucket(self, bucket: int, theta_bucket: np.ndarray) -> None:
         """Load bucket ``bucket`` of the parameters, flat float32
         ``theta[buckets[bucket]:buckets[bucket + 1]]``, into the training variables only
-        (no lock: the trainer thread owns them; predictions keep their version)."""
+        (no lock: the trainer thread owns them; predictions keep their version). Needs
+        ``staged=True``."""
+        self._require_staged("assign_bucket")
         stage_vars = self._train_stages[bucket]
         sizes = [int(np.prod(v.shape)) for v in stage_vars]
         for var, t in zip(stage_vars, np.split(theta_bucket, np.cumsum(sizes)[:-1])):
             var.assign(t.reshape(var.shape))
+
+    def _require_staged(self, method: str) -> None:
+        if not self.staged:
+            raise ValueError(f"Learner.{method} needs a Learner made with staged=True (its "
+                             "own copy of the training variables)")
 
     def get_params(self) -> np.ndarray:
         """The prediction variables as one flat float32 vector."""

@@ -121,10 +121,16 @@ def overlaps(cfg: Config) -> bool:
     return cfg.dist.collective_overlap and not global_clip
 
 
+def staged_steps(cfg: Config) -> bool:
+    """Whether workers take staged steps (:meth:`dba3c.worker.Worker.train_staged`):
+    collective aggregation that :func:`overlaps`."""
+    return cfg.dist.aggregation == "collective" and overlaps(cfg)
+
+
 def make_shard_plan(cfg: Config, layout: ParamLayout, num_shards: int) -> ShardPlan:
     """How the shards' owners cut the vector: with overlapping collective aggregation, one
     bucket per layer (:func:`~dba3c.params.layer_buckets`, each shard an equal share of
     each); otherwise contiguous shards."""
-    if cfg.dist.aggregation == "collective" and overlaps(cfg):
+    if staged_steps(cfg):
         return ShardPlan(layout.num_params, num_shards, layer_buckets(layout))
     return ShardPlan(layout.num_params, num_shards)

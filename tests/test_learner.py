@@ -9,6 +9,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -71,6 +72,7 @@ def test_a_prediction_sees_exactly_one_version_while_another_thread_assigns():
         while not stop.is_set():
             for version in (1, 2):
                 learner.set_params(theta[version], version)
+                time.sleep(0.0002)  # Python's lock is not fair: let the predictions in
 
     assigner = threading.Thread(target=assign_alternately, daemon=True)
     assigner.start()
@@ -186,7 +188,7 @@ def staged_setup(name: str, cfg: TrainConfig | None = None) -> tuple:
     theta1, theta2 = spec.init_params(1), spec.init_params(2)
     theta2[theta2 == 0] = 0.05  # biases too
     batch = synthetic_batch(spec, BATCH, (0, 0, 3))
-    learner = Learner(spec, cfg or TrainConfig(), theta1)
+    learner = Learner(spec, cfg or TrainConfig(), theta1, staged=True)
     return learner, theta1, theta2, (batch.obs, batch.a, 10.0 * batch.R)
 
 
@@ -271,6 +273,23 @@ def test_assign_bucket_loads_the_training_variables_only():
     assert not outputs_equal(learner.predict(batch[0]), pi_v)
 
 
+def test_without_staged_one_copy_of_the_variables_serves_both_and_buckets_are_refused():
+    spec = STAGED["a3c_ff"]
+    theta1, theta2 = spec.init_params(1), spec.init_params(2)
+    learner = Learner(spec, TrainConfig(), theta1)
+    assert learner.train_variables is learner.variables
+    batch = synthetic_batch(spec, BATCH, (0, 0, 3))
+    data = (batch.obs, batch.a, 10.0 * batch.R)
+    learner.set_params(theta2)  # one load: predictions and gradients both see theta2
+    fresh = Learner(spec, TrainConfig(), theta2)
+    assert outputs_equal(learner.predict(batch.obs), fresh.predict(batch.obs))
+    assert_same_gradient(learner.gradient(*data)[0], fresh.gradient(*data)[0])
+    with pytest.raises(ValueError, match="staged=True"):
+        learner.assign_bucket(0, theta1[:learner.buckets[1]])
+    with pytest.raises(ValueError, match="staged=True"):
+        learner.staged_gradient(*data, lambda b: None, lambda b, g: None)
+
+
 def test_a_staged_gradient_refuses_global_norm_clipping():
     learner, _, _, batch = staged_setup("mlp", TrainConfig(grad_clip_mode="global_norm"))
     with pytest.raises(ValueError, match="train.grad_clip_mode"):
@@ -301,7 +320,7 @@ def test_buckets_assigned_from_the_callbacks_on_one_inter_op_thread():
         "from dba3c.worker import synthetic_batch\n"
         "spec = NetSpec('a3c_ff', 32, (4, 84, 84), 6)\n"
         "cfg = TrainConfig(intra_op_threads=1, inter_op_threads=1)\n"
-        "learner = Learner(spec, cfg, spec.init_params(1))\n"
+        "learner = Learner(spec, cfg, spec.init_params(1), staged=True)\n"
         "batch = synthetic_batch(spec, 4, (0, 0, 3))\n"
         "theta2 = spec.init_params(2)\n"
         "ends = [*learner.buckets, len(theta2)]\n"

@@ -20,7 +20,7 @@ from dba3c.dist.worker_client import RemoteParameterClient
 from dba3c.errors import TrainingError, UserError
 from dba3c.metrics import next_steps
 from dba3c.models import NetSpec
-from dba3c.roles import Roles, make_roles
+from dba3c.roles import Roles, make_roles, staged_steps
 from dba3c.transport import Transport, wait_until
 from dba3c.worker import Worker
 
@@ -39,7 +39,8 @@ def make_worker(cfg: Config, rank: int, spec: NetSpec, roles: Roles) -> Worker:
     from dba3c.learner import Learner
 
     pool = None if cfg.debug.synthetic_data else make_env_pool(cfg.env, cfg.model)
-    return Worker(cfg, rank, Learner(spec, cfg.train, spec.init_params(0)), pool)
+    learner = Learner(spec, cfg.train, spec.init_params(0), staged=staged_steps(cfg))
+    return Worker(cfg, rank, learner, pool)
 
 
 def run_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,

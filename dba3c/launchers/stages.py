@@ -92,7 +92,7 @@ def measure(config: str, overrides: list[str], calls: int, warmup: int = 3) -> d
 
     cfg = load_config(config, overrides)
     spec = make_net_spec(cfg.model, *env_spaces(cfg))
-    learner = Learner(spec, cfg.train, spec.init_params(0))
+    learner = Learner(spec, cfg.train, spec.init_params(0), staged=True)
     batch = synthetic_batch(spec, cfg.train.batch_size, (0, 0, 1))
     data = (batch.obs, batch.a, batch.R)
 
