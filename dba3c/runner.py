@@ -59,11 +59,9 @@ def train_single(cfg: Config, laps: WorkerLaps | None = None) -> dict:
     # TensorFlow is imported here, after the config checks, not with this module: the chief
     # of a synthetic-compute run imports none
     from dba3c.evaluation import BackgroundEvaluator
-    from dba3c.learner import Learner, set_tensorflow_threads
+    from dba3c.learner import Learner
     from dba3c.worker import Worker
 
-    # before anything starts TensorFlow: the Chief's TensorBoard writer would fix the pools
-    set_tensorflow_threads(cfg.train.intra_op_threads, cfg.train.inter_op_threads)
     pool, spec = ((None, make_net_spec(cfg.model, *env_spaces(cfg)))
                   if cfg.debug.synthetic_data else make_pool_and_spec(cfg))
     try:

@@ -91,11 +91,6 @@ def run_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec) -> None:
     from dba3c.checkpoint import load_start
     from dba3c.chief import Chief
 
-    if not cfg.synthetic.enabled:  # a synthetic chief imports no TensorFlow
-        from dba3c.learner import set_tensorflow_threads
-
-        # before the Chief's TensorBoard writer starts TensorFlow and fixes its pools
-        set_tensorflow_threads(cfg.train.intra_op_threads, cfg.train.inter_op_threads)
     start = load_start(cfg, spec)
     chief = Chief(cfg, start.ckpt, spec.layout(), roles.num_workers)
     chief.install_signal_handlers()
