@@ -363,11 +363,14 @@ def test_inbox_with_several_receives_hands_messages_over_in_the_order_they_match
     transport.arrive(GradMsg(END, 2))
     transport.arrive(GradMsg(7, 5, np.full(4, 5.0, np.float32)))
     assert inbox.poll() is None  # the first matched receive is still in progress
+    # but what completed behind it can be seen (not taken): a stall names only the sender
+    # whose message is stuck
+    assert [(m.version, m.rank) for m in inbox.peek()] == [(END, 2), (7, 5)]
     first["done"] = True
     got = [inbox.poll() for _ in range(3)]
     assert [(m.version, m.rank) for m in got] == [(7, 2), (END, 2), (7, 5)]
     assert got[0].grad_shard.tolist() == [1.0] * 4 and got[2].grad_shard.tolist() == [5.0] * 4
-    assert inbox.poll() is None
+    assert inbox.poll() is None and inbox.peek() == []
     # each buffer was posted again after its message: still 3 receives waiting, and the next
     # message lands in the first of them
     assert len([e for e in transport.posted if not e["matched"]]) == 3

@@ -12,6 +12,7 @@ import numpy as np
 
 from dba3c.adam import AdamState, adam_update
 from dba3c.config import Config
+from dba3c.dist.mailbox import Inbox
 from dba3c.dist.ps import ParameterServer, PsState
 from dba3c.dist.wire import (
     END,
@@ -28,9 +29,9 @@ from dba3c.dist.wire import (
 )
 from dba3c.dist.worker_client import RemoteParameterClient
 from dba3c.roles import make_roles
-from dba3c.transport import InProcessTransport
+from dba3c.transport import ANY_SOURCE, InProcessTransport
 
-from test_protocol import N, grad_of, make_cfg
+from test_protocol import N, PostedReceives, grad_of, make_cfg
 
 CHIEF, PS, WORKERS = 0, 1, (2, 3)
 
@@ -167,13 +168,30 @@ def test_a_finished_ps_drains_late_gradients_without_applying_them():
 def test_query_names_the_workers_whose_gradient_for_this_version_arrived():
     cfg = make_cfg(workers=2, ps=1, max_steps=10)
     ps, world = start(cfg)
-    push(world, 3, 0)
-    command(world, Command.QUERY)
-    ps.poll(0.0)  # the command first, then the gradient
     command(world, Command.QUERY)
     ps.poll(0.0)
+    push(world, 3, 0)
+    command(world, Command.QUERY)
+    ps.poll(0.0)  # the command first, then the gradient: it has arrived, and is counted
     assert sent_to(world[CHIEF], StatusMsg, StatusMsg.size(2)) == [
         StatusMsg(0, ()), StatusMsg(0, (3,))]
+
+
+def test_query_counts_gradients_that_arrived_behind_one_stuck_mid_transfer():
+    # a link cut while worker 2's gradient is on the wire: its receive, matched first, never
+    # completes, and worker 3's gradient completes behind it. The PS hands gradients over in
+    # the order they matched, so it has taken neither, but the status must name only worker
+    # 2 as missing (the stall watchdog blames the workers a status lacks)
+    cfg = make_cfg(workers=2, ps=1, max_steps=10)
+    ps, world = start(cfg)
+    wire = PostedReceives()
+    ps.grads = Inbox(wire, ANY_SOURCE, GradMsg, framed_size(N), depth=2)
+    wire.arrive(GradMsg(0, 2, grad_of(2, 0)), complete=False)
+    wire.arrive(GradMsg(0, 3, grad_of(3, 0)))
+    command(world, Command.QUERY)
+    ps.poll(0.0)
+    assert ps.server.version == 0 and ps.arrived == set()  # nothing taken yet
+    assert sent_to(world[CHIEF], StatusMsg, StatusMsg.size(2)) == [StatusMsg(0, (3,))]
 
 
 def test_async_stop_finishes_at_once_and_each_gradient_answers_its_sender():

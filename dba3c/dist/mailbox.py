@@ -69,6 +69,13 @@ class Inbox(Generic[M]):
         self._posted.append(self._post(buf))
         return msg
 
+    def peek(self) -> list[M]:
+        """Copies of the messages that have arrived but :meth:`poll` has not handed over, in
+        the order they matched: those behind a receive still in progress (a sender whose
+        message stalls mid-transfer, its link cut). A stall watchdog counts their senders as
+        heard from; only the stalled one is to blame."""
+        return [self.kind.decode(buf.copy()) for request, buf in self._posted if request.test()]
+
 
 def receive_one(transport: Transport, source: int, kind: type[M], size: int) -> M:
     """Wait for one message of ``kind`` from ``source`` (no standing receive is left)."""

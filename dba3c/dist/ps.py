@@ -122,7 +122,9 @@ class ParameterServer:
         """QUERY: answer with the status; STOP: freeze (sync) or finish (async); STOP_AT s:
         run on to version s."""
         if msg.command is Command.QUERY:
-            self.sender.post(StatusMsg(self.server.version, tuple(sorted(self.arrived))), [0])
+            behind = {m.rank for m in self.grads.peek() if m.version == self.server.version}
+            self.sender.post(StatusMsg(self.server.version,
+                                       tuple(sorted(self.arrived | behind))), [0])
         elif msg.command is Command.STOP and self.cfg.dist.mode == "async":
             self._finish()
         elif msg.command is Command.STOP:
