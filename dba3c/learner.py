@@ -9,6 +9,7 @@ execution. Gradients leave as one flat float32 vector in the parameter layout.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import threading
 from collections.abc import Callable, Iterator
@@ -73,7 +74,6 @@ class Learner:
         set_tensorflow_threads(train_cfg.intra_op_threads, train_cfg.inter_op_threads)
         self.spec = spec
         self.layout = spec.layout()
-        self.staged = staged
         tensors = unflatten(self.layout, np.asarray(theta, np.float32))
 
         def make_variables(prefix: str) -> list[tf.Variable]:
@@ -87,7 +87,7 @@ class Learner:
         self._clip, self._clip_mode = train_cfg.grad_clip, train_cfg.grad_clip_mode
         obs_sig = tf.TensorSpec([None, *spec.obs_shape],
                                 tf.float32 if spec.kind == "mlp" else tf.uint8)
-        action_sig, return_sig = tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.float32)
+        batch_sig = [obs_sig, tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.float32)]
         loss_fn = functools.partial(a3c_loss, entropy_beta=train_cfg.entropy_beta,
                                     value_weight=train_cfg.value_weight)
         clip = functools.partial(clip_gradients, clip=self._clip, mode=self._clip_mode)
@@ -97,7 +97,7 @@ class Learner:
             logits, v = forward(spec, self.variables, obs)
             return tf.nn.softmax(logits), v
 
-        @tf.function(input_signature=[obs_sig, action_sig, return_sig])
+        @tf.function(input_signature=batch_sig)
         def gradient(obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor) -> tuple:
             with tf.GradientTape() as tape:
                 loss, parts = loss_fn(*forward(spec, self.train_variables, obs), a, R)
@@ -105,18 +105,8 @@ class Learner:
 
         self._predict, self._gradient = predict, gradient
         self._assign = assign_function(self.variables)
-        self._assign_train = assign_function(self.train_variables) if staged else None
-        train_stages = stage_params(spec, self.train_variables)
-        self._train_stages = train_stages
-        self._hooks = StageHooks()
-
-        @tf.function(input_signature=[obs_sig, action_sig, return_sig])
-        def staged_call(obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor) -> tuple:
-            return staged_graph(spec, train_stages, self._hooks,
-                                lambda out: loss_fn(out[0], out[1], a, R),
-                                lambda grads: flat_concat(clip(grads)), obs)
-
-        self._staged = staged_call
+        self._copy = (make_training_copy(spec, self.train_variables, loss_fn, clip, batch_sig)
+                      if staged else None)
         self._params_lock = threading.Lock()  # a prediction sees one version of the variables
         self._version = 0
 
@@ -162,20 +152,20 @@ class Learner:
         ``train.grad_clip_mode`` is ``global_norm`` (with clipping on): that clip needs the
         whole gradient before any bucket can leave.
         """
-        self._require_staged("staged_gradient")
+        copy = self._training_copy("staged_gradient")
         if self._clip > 0 and self._clip_mode == "global_norm":
             raise ValueError("a staged gradient clips bucket by bucket: train.grad_clip_mode "
                              "global_norm needs the whole gradient (use gradient())")
-        with self._hooks.calling(before_forward, after_backward):
-            loss, parts = self._staged(obs, a.astype(np.int32), R.astype(np.float32))
+        with copy.hooks.calling(before_forward, after_backward):
+            loss, parts = copy.gradient(obs, a.astype(np.int32), R.astype(np.float32))
         return loss_stats(loss, parts)
 
     def set_params(self, theta: np.ndarray, version: int = 0) -> None:
         """Load a flat parameter vector, parameter version ``version``, into the prediction
         variables (after any prediction in progress, which finishes on the previous
         parameters) and, if they are another copy, the training variables."""
-        if self._assign_train is not None:
-            self._assign_train(theta)
+        if self._copy is not None:
+            self._copy.assign(theta)
         with self._params_lock:
             self._assign(theta)
             self._version = version
@@ -185,16 +175,16 @@ class Learner:
         ``theta[buckets[bucket]:buckets[bucket + 1]]``, into the training variables only
         (no lock: the trainer thread owns them; predictions keep their version). Needs
         ``staged=True``."""
-        self._require_staged("assign_bucket")
-        stage_vars = self._train_stages[bucket]
+        stage_vars = self._training_copy("assign_bucket").stages[bucket]
         sizes = [int(np.prod(v.shape)) for v in stage_vars]
         for var, t in zip(stage_vars, np.split(theta_bucket, np.cumsum(sizes)[:-1])):
             var.assign(t.reshape(var.shape))
 
-    def _require_staged(self, method: str) -> None:
-        if not self.staged:
+    def _training_copy(self, method: str) -> TrainingCopy:
+        if self._copy is None:
             raise ValueError(f"Learner.{method} needs a Learner made with staged=True (its "
                              "own copy of the training variables)")
+        return self._copy
 
     def get_params(self) -> np.ndarray:
         """The prediction variables as one flat float32 vector."""
@@ -224,6 +214,33 @@ def assign_function(variables: list[tf.Variable]) -> Callable[[np.ndarray], None
             var.assign(tf.reshape(t, var.shape))
 
     return assign
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingCopy:
+    """What only a ``staged=True`` Learner has: the loader of its training variables, those
+    variables by stage (one list per bucket) and the staged gradient over them with the
+    callbacks of the call in progress."""
+
+    assign: Callable[[np.ndarray], None]
+    stages: list[list[tf.Variable]]
+    gradient: Callable[..., tuple]
+    hooks: StageHooks
+
+
+def make_training_copy(spec: NetSpec, train_variables: list[tf.Variable],
+                       loss_fn: Callable[..., tuple], clip: Callable[[list], list],
+                       batch_sig: list[tf.TensorSpec]) -> TrainingCopy:
+    """The staged machinery over ``train_variables`` (see :meth:`Learner.staged_gradient`);
+    ``loss_fn(logits, v, a, R)``, ``clip(grads)``, ``batch_sig`` the (obs, a, R) signature."""
+    stages, hooks = stage_params(spec, train_variables), StageHooks()
+
+    @tf.function(input_signature=batch_sig)
+    def gradient(obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor) -> tuple:
+        return staged_graph(spec, stages, hooks, lambda out: loss_fn(out[0], out[1], a, R),
+                            lambda grads: flat_concat(clip(grads)), obs)
+
+    return TrainingCopy(assign_function(train_variables), stages, gradient, hooks)
 
 
 class StageHooks:

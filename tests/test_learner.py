@@ -345,6 +345,6 @@ def test_the_staged_graph_runs_each_layer_once_forward_and_once_backward():
         return {k: n for k, n in collections.Counter(op.type for op in ops).items()
                 if k.startswith(("Conv2D", "MaxPool", "MatMul"))}
 
-    staged, whole = layer_ops(learner._staged), layer_ops(learner._gradient)
+    staged, whole = layer_ops(learner._copy.gradient), layer_ops(learner._gradient)
     assert staged == whole
     assert staged["Conv2D"] == 4 and staged["Conv2DBackpropFilter"] == 4
