@@ -21,6 +21,7 @@ from dba3c.launchers.emulated import emulation_problem, link_rate
 from dba3c.launchers.scale import (
     HOST_BUDGET,
     Bucket,
+    PointPlan,
     ScalePoint,
     Stage,
     busy_fraction,
@@ -450,6 +451,21 @@ def test_steady_step_time_is_the_median_of_one_and_two_step_spans_after_the_warm
         steady_step_seconds(metrics, warmup=5)
 
 
+def test_a_point_plans_enough_steps_for_late_steps_at_its_windows_start():
+    # make test, 2026-11-26 (s = 5, 105 ms a step, 1 worker, 2 PS): steps 4 and 5 logged one
+    # step late. Records 4-7 (3 warm-up steps, 8 in all) give half a step: no span leads into
+    # the late steps, all three spans out of them are short
+    run = [(1, 0.119), (2, 0.229), (3, 0.337), (4, 0.548), (5, 0.653), (6, 0.655),
+           (7, 0.762), (8, 0.873), (9, 0.978), (10, 1.083), (11, 1.188), (12, 1.191)]
+    metrics = [{"step": s, "time_s": t} for s, t in run]
+    assert steady_step_seconds(metrics[:8], warmup=3) == pytest.approx(0.0545)
+    # the same run to step 12: records 4-11, 13 spans of which those three are the only short
+    assert steady_step_seconds(metrics, warmup=3) == pytest.approx(0.105)
+    with pytest.raises(ValueError, match="leave 4 records .* need at least 6"):
+        PointPlan(ScalePoint(1, 2), 5.0, 8, 3)
+    assert PointPlan(ScalePoint(1, 2), 5.0, 10, 3).steps == 10
+
+
 def test_cpu_use_counts_idle_and_iowait_as_not_busy():
     assert cpu_times("cpu  10 2 8 70 10 0 0 0 0 0") == (20, 100)
     samples = [(3, 100, 1000), (6, 150, 1100), (9, 250, 1300), (12, 300, 1400)]
@@ -497,7 +513,7 @@ def test_table_lists_every_point_with_its_settings():
 def test_a_small_run_steps_no_faster_than_its_slowest_worker(point, floor):
     # T_c 20 ms x s 5 = 100 ms per step (300 ms for a straggler, whom every step waits for)
     r = run_point("configs/breakout.yaml", [], point, compute_ms=20.0, time_scale=5.0,
-                  steps=8, warmup=3)
+                  steps=12, warmup=4)
     assert floor * 20.0 <= r["step_ms"] < floor * 20.0 + 40.0, r
     assert r["efficiency"] == pytest.approx(20.0 / r["step_ms"])
     assert r["data_points_per_s"] == pytest.approx(2 * 32 / (r["step_ms"] / 1000))

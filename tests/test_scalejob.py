@@ -43,10 +43,10 @@ CONFIG = "configs/breakout.yaml"
 
 
 def plan(workers: int, ps: int, link: int = 10, **kw) -> PointPlan:
-    """A point at s = 5 (T_c 20 ms -> 100 ms a step), 8 steps, 3 of them warm-up."""
+    """A point at s = 5 (T_c 20 ms -> 100 ms a step), 12 steps, 4 of them warm-up."""
     aggregation = "collective" if ps == 0 else "ps"
     return PointPlan(ScalePoint(workers, ps, link_gbit=link, aggregation=aggregation, **kw),
-                     5.0, 8, 3)
+                     5.0, 12, 4)
 
 
 def test_consecutive_points_of_one_link_rate_make_one_job():
@@ -189,7 +189,7 @@ def test_one_job_plays_points_of_different_sizes_each_to_its_last_step(tmp_path)
     events = [e for e in map(job_event, proc.stdout.splitlines(keepends=True)) if e]
     assert events == [(kind, i) for i in range(4) for kind in ("start", "end")]
     for run_dir in run_dirs:
-        assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == list(range(1, 9))
+        assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == list(range(1, 13))
     assert marked_processes(marker) == []
 
 
@@ -217,7 +217,7 @@ def test_a_failing_point_is_recorded_and_the_points_after_it_run_in_a_new_job(mo
     for r in (first, last):
         assert 20.0 <= r["step_ms"] < 60.0, r  # T_c = 20 ms, E = T_c / step
         assert r["efficiency"] == pytest.approx(20.0 / r["step_ms"])
-        assert r["steps"] == 8 and r["warmup_steps"] == 3
+        assert r["steps"] == 12 and r["warmup_steps"] == 4
     assert set(last["peak_rss_mb"]) == {"chief", "ps"}
     assert marked_processes(marker) == []
 

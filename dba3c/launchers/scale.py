@@ -84,6 +84,11 @@ STALL_TIMEOUT_S = 60.0  # a point whose steps stop ends after this, not after th
 # --point-timeout's default: a point still running after this is ended (steps that crawl at
 # 50 s each never trip the stall watchdog; one ran for 8 minutes)
 POINT_TIMEOUT_S = 300.0
+# Records a point's steady step time needs (steps after the warm-up, less the run's last):
+# with 4, a chief that logged two steps one step late at the window's start halved the
+# estimate (make test, 2026-11-26: 2 of 7 runs); steps logged one step late, in runs of any
+# length starting anywhere, never moved it by more than 3% from 6 records on (simulated)
+MIN_STEADY_RECORDS = 6
 
 
 @dataclass(frozen=True)
@@ -443,7 +448,9 @@ def steady_step_seconds(metrics: list[dict], warmup: int) -> float:
     between the window's ends or the median slope between all pairs would not (a pair at
     the end of a short window pulled the latter 10% under the true step). The last record
     is left out: the run's final step is logged a few ms after the one before it (measured:
-    4-9 ms in a 2-worker run stepping every 110 ms)."""
+    4-9 ms in a 2-worker run stepping every 110 ms). A late step at the window's start has
+    no span into it, only spans out of it, all short: a window needs ``MIN_STEADY_RECORDS``
+    records for the median to hold (:class:`PointPlan`)."""
     tail = [m for m in metrics if m["step"] > warmup][:-1]
     if len(tail) < 2:
         raise ValueError(f"{len(tail)} metrics records after a warm-up of {warmup} steps: "
@@ -502,6 +509,12 @@ class PointPlan:
     time_scale: float
     steps: int
     warmup: int
+
+    def __post_init__(self) -> None:
+        if self.steps - self.warmup - 1 < MIN_STEADY_RECORDS:
+            raise ValueError(f"{self.steps} steps with {self.warmup} of warm-up leave "
+                             f"{self.steps - self.warmup - 1} records for the steady step "
+                             f"time: need at least {MIN_STEADY_RECORDS}")
 
 
 def point_overrides(plan: PointPlan, poll: DistConfig, compute_ms: float,
