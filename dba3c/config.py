@@ -212,6 +212,9 @@ class EvalConfig:
     greedy: bool = _opt(True, None, "argmax actions (false: sample)")
     rank: bool = _opt(False, None, "a dedicated evaluator rank in distributed runs")
     stop_at_target: bool = _opt(False, None, "end the run when the target is reached")
+    stop_below_target: bool = _opt(False, None, "end an evaluation once its mean cannot "
+                                   "reach target_score; it records the games played (games "
+                                   "whose highest score is known: pong)")
     noop_max: int = _opt(30, NON_NEGATIVE, "random no-op starts")
     max_frames: int = _opt(18000, POSITIVE, "frame cap per evaluation episode")
     num_envs: int = _opt(8, POSITIVE, "parallel evaluation games")
@@ -397,6 +400,7 @@ def _cross_field_errors(cfg: Config) -> list[str]:
                    for key, value in (("eval.protocol", cfg.eval.protocol),
                                       ("env.full_action_space", cfg.env.full_action_space))
                    if value not in ("paper", False)]
+    errors += _stop_below_target_errors(cfg)
     workers = cfg.dist.workers
     if workers and cfg.dist.replicas_to_aggregate > workers:
         errors.append(f"dist.replicas_to_aggregate={cfg.dist.replicas_to_aggregate} must be "
@@ -442,6 +446,22 @@ def _aggregation_errors(cfg: Config) -> list[str]:
         errors.append(f"dist.chief_trains=false {needs_ps} (with collective aggregation the "
                       f"chief is a training rank)")
     return errors
+
+
+def _stop_below_target_errors(cfg: Config) -> list[str]:
+    """eval.stop_below_target needs the game's highest score, at least the target."""
+    from dba3c.scores import MAX_SCORE
+
+    if not cfg.eval.stop_below_target:
+        return []
+    if cfg.env.id not in MAX_SCORE:
+        return [f"eval.stop_below_target=true needs a game whose highest score is known "
+                f"({', '.join(sorted(MAX_SCORE))}), not env.id={cfg.env.id!r}"]
+    if cfg.eval.target_score > MAX_SCORE[cfg.env.id]:
+        return [f"eval.target_score={cfg.eval.target_score:g} is above {cfg.env.id}'s highest "
+                f"score {MAX_SCORE[cfg.env.id]:g}: with eval.stop_below_target=true no "
+                f"evaluation would play a game"]
+    return []
 
 
 def _synthetic_errors(cfg: Config) -> list[str]:

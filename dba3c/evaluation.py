@@ -2,14 +2,18 @@
 
 Each of the pool's envs plays its share of the games (so short games are not over-counted),
 greedy (argmax) unless asked to sample, with random no-op starts and a frame cap per game.
+During training, ``eval.stop_below_target`` ends an evaluation once its mean can no longer
+reach ``eval.target_score`` (:func:`stop_rule`): the time to the target is unchanged, and an
+evaluation far below it costs a fraction of its games.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -19,14 +23,26 @@ from dba3c.envs import EnvPool, ScoreTracker, Step, make_env_pool
 from dba3c.learner import Learner
 from dba3c.models import NetSpec
 from dba3c.rl import sample_actions
+from dba3c.scores import MAX_SCORE, below_target
 
 Predict = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 OnGame = Callable[[int, float], None]
+GiveUp = Callable[[Sequence[float]], bool]
+
+
+def stop_rule(cfg: Config) -> GiveUp | None:
+    """``eval.stop_below_target``'s test of the games played so far: True once
+    ``eval.episodes`` games can no longer average ``eval.target_score`` (None when off)."""
+    if not cfg.eval.stop_below_target:
+        return None
+    return functools.partial(below_target, episodes=cfg.eval.episodes,
+                             target=cfg.eval.target_score, max_score=MAX_SCORE[cfg.env.id])
 
 
 def play(predict: Predict, pool: EnvPool, episodes: int, *, greedy: bool, seed: int,
          on_frame: Callable[[Step, float], None] | None = None, on_game: OnGame | None = None,
-         should_stop: Callable[[], bool] | None = None) -> list[float]:
+         should_stop: Callable[[], bool] | None = None,
+         give_up: GiveUp | None = None) -> list[float]:
     """Play exactly ``episodes`` games on ``pool`` (synchronous: batch = all envs).
 
     Args:
@@ -35,8 +51,10 @@ def play(predict: Predict, pool: EnvPool, episodes: int, *, greedy: bool, seed: 
         called for every step of env 0's games.
       on_game: optional callback(number of games so far, score) when a game counts.
       should_stop: optional callback polled every 50 steps; True abandons the evaluation.
+      give_up: optional test of the scores so far (:func:`stop_rule`); True ends the
+        evaluation with them.
     Returns:
-      the real score of each game, in the order they ended (fewer if abandoned).
+      the real score of each game, in the order they ended (fewer if abandoned or given up).
     """
     rng = np.random.default_rng(seed)
     quota = np.bincount(np.arange(episodes) % pool.num_envs, minlength=pool.num_envs)
@@ -45,7 +63,8 @@ def play(predict: Predict, pool: EnvPool, episodes: int, *, greedy: bool, seed: 
     scores: list[float] = []
     step = pool.reset(seed)
     for i in itertools.count():
-        if len(scores) >= episodes or (should_stop and i % 50 == 0 and should_stop()):
+        if len(scores) >= episodes or (give_up and give_up(scores)) or \
+                (should_stop and i % 50 == 0 and should_stop()):
             break
         pi, _ = predict(step.obs)
         pool.send(sample_actions(pi, rng, greedy))
@@ -155,6 +174,7 @@ class BackgroundEvaluator(threading.Thread):
         try:
             learner = Learner(self.spec, self.cfg.train, self.spec.init_params(0))
             pool = make_eval_pool(self.cfg, self.cfg.eval.episodes)
+            give_up = stop_rule(self.cfg)
             while not self._stopping.is_set():
                 item = self._inbox.get()
                 if item is None:
@@ -163,7 +183,7 @@ class BackgroundEvaluator(threading.Thread):
                 learner.set_params(theta)
                 scores = play(learner.predict, pool, self.cfg.eval.episodes,
                               greedy=self.cfg.eval.greedy, seed=self.cfg.run.seed + step,
-                              should_stop=self._stopping.is_set)
+                              should_stop=self._stopping.is_set, give_up=give_up)
                 if not self._stopping.is_set():
                     self._outbox.put((step, scores))
         except BaseException as e:

@@ -88,6 +88,17 @@ def human_normalized_score(game: str, score: float) -> float | None:
     return (score - random) / (human - random)
 
 
+# ROM name: the highest score one game can give (Pong ends when a side has 21 points)
+MAX_SCORE: dict[str, float] = {"pong": 21.0}
+
+
+def below_target(scores: Sequence[float], episodes: int, target: float, max_score: float) -> bool:
+    """Whether ``episodes`` games can no longer average ``target`` once these ``scores`` are
+    played: even ``max_score`` in each of the ``episodes - len(scores)`` games left gives
+    ``sum(scores) + (episodes - len(scores)) max_score < target episodes``."""
+    return sum(scores) + (episodes - len(scores)) * max_score < target * episodes
+
+
 def score_stats(game: str, scores: Sequence[float]) -> dict:
     """``mean``, ``max``, ``min``, ``std`` and ``episodes`` of the game scores, and ``hns``,
     the human-normalized mean, where ``game`` has reference scores."""

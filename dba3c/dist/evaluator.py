@@ -17,10 +17,12 @@ IDLE_S = 0.01  # sleep between looks for a new snapshot
 
 class EvaluatorRank:
     """Evaluates each new complete snapshot (every ``eval.every`` steps) and sends the
-    scores to the chief; an evaluation in progress stops once any PS has finished."""
+    scores to the chief; an evaluation in progress stops once any PS has finished (nothing
+    sent), or with ``eval.stop_below_target`` once it cannot reach the target (the games
+    played sent)."""
 
     def __init__(self, t: Transport, roles: Roles, cfg: Config, spec: NetSpec):
-        from dba3c.evaluation import make_eval_pool
+        from dba3c.evaluation import make_eval_pool, stop_rule
         from dba3c.learner import Learner
 
         self.cfg = cfg
@@ -30,6 +32,7 @@ class EvaluatorRank:
         self.sender = Sender(t)
         self.learner = Learner(spec, cfg.train, spec.init_params(0))
         self.pool = make_eval_pool(cfg, cfg.eval.episodes)
+        self.give_up = stop_rule(cfg)
         self.evaluated = -1
 
     def _ended(self) -> bool:
@@ -48,9 +51,10 @@ class EvaluatorRank:
         self.learner.set_params(self.feed.params().theta)
         scores = play(self.learner.predict, self.pool, self.cfg.eval.episodes,
                       greedy=self.cfg.eval.greedy, seed=self.cfg.run.seed + step,
-                      should_stop=self._ended)
+                      should_stop=self._ended, give_up=self.give_up)
         self.evaluated = step
-        if len(scores) == self.cfg.eval.episodes:
+        gave_up = self.give_up is not None and self.give_up(scores)
+        if len(scores) == self.cfg.eval.episodes or gave_up:
             self.sender.post(EvalMsg(step, tuple(scores)), [0])
         return True
 
