@@ -124,7 +124,7 @@ class BackgroundEvaluator(threading.Thread):
     ``after_step`` submits the steps that ``eval.every`` asks for (:class:`EvalSchedule`);
     ``submit`` replaces any snapshot not yet started (the newest wins); finished evaluations
     are collected with ``results``. It shares the CPU with training: each evaluation costs
-    about ``eval.episodes`` games of forward passes.
+    about ``eval.episodes`` games of forward passes (fewer with ``eval.stop_below_target``).
     """
 
     def __init__(self, cfg: Config, spec: NetSpec):
