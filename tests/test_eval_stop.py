@@ -30,8 +30,9 @@ def test_below_target_once_even_the_highest_scores_left_miss_the_target():
 
 
 def test_stop_below_target_needs_a_game_whose_highest_score_is_known():
-    assert stop_rule(load_config(PONG)) is None  # off unless asked for
-    assert load_config(PONG, ["eval.stop_below_target=true"]).eval.stop_below_target
+    assert stop_rule(load_config(PONG, ["eval.stop_below_target=false"])) is None
+    assert load_config(PONG).eval.stop_below_target  # the preset's
+    assert not load_config(str(ROOT / "configs" / "breakout.yaml")).eval.stop_below_target
     with pytest.raises(UserError) as e:
         load_config(str(ROOT / "configs" / "breakout.yaml"), ["eval.stop_below_target=true"])
     assert "eval.stop_below_target=true needs a game whose highest score is known (pong), " \
