@@ -16,6 +16,7 @@ from dba3c.scores import below_target
 from conftest import ROOT, dba3c, read_jsonl
 
 PONG = str(ROOT / "configs" / "pong_small.yaml")
+BREAKOUT = str(ROOT / "configs" / "breakout.yaml")
 
 
 def test_below_target_once_even_the_highest_scores_left_miss_the_target():
@@ -32,9 +33,9 @@ def test_below_target_once_even_the_highest_scores_left_miss_the_target():
 def test_stop_below_target_needs_a_game_whose_highest_score_is_known():
     assert stop_rule(load_config(PONG, ["eval.stop_below_target=false"])) is None
     assert load_config(PONG).eval.stop_below_target  # the preset's
-    assert not load_config(str(ROOT / "configs" / "breakout.yaml")).eval.stop_below_target
+    assert not load_config(BREAKOUT).eval.stop_below_target
     with pytest.raises(UserError) as e:
-        load_config(str(ROOT / "configs" / "breakout.yaml"), ["eval.stop_below_target=true"])
+        load_config(BREAKOUT, ["eval.stop_below_target=true"])
     assert "eval.stop_below_target=true needs a game whose highest score is known (pong), " \
            "not env.id='breakout'" in str(e.value)
     with pytest.raises(UserError, match="eval.target_score=22 is above pong's highest score "
