@@ -7,8 +7,9 @@ rendered with Agg, never shown); :func:`write_outputs` and :func:`plot_command` 
 
 Figures, by file stem:
 
-* from runs: ``eval_vs_time``, ``eval_vs_step``, ``online_score``, ``throughput``, and
-  ``sync_vs_async`` (paper fig. 3) when runs of both ``dist.mode`` values are present;
+* from runs: ``eval_vs_time``, ``eval_vs_step``, ``online_score``, ``online_vs_step``,
+  ``throughput``, and ``sync_vs_async`` (paper fig. 3) when runs of both ``dist.mode``
+  values are present;
 * from a sweep's ``sweep.csv``: ``time_to_target_vs_workers`` and ``throughput_vs_workers``
   (with the ideal linear scaling line), ``throughput_vs_hidden`` (paper fig. 6) and
   ``throughput_vs_ps`` (paper fig. 7), each only when its grid column varies in the sweep;
@@ -81,19 +82,25 @@ class _Scaling(NamedTuple):
 
 
 _MINUTES = "wall time [min]"
+_UPDATES = "global step [updates]"
 _EVAL_SCORE = "eval score [points/episode] (solid: mean, dashed: max)"
+_ONLINE_SCORE = "online score [points/episode]"
 _THROUGHPUT = "throughput [data points/s]"
 
 _CURVES = {
     "eval_vs_time": _Curve("minutes", ("eval_mean", "eval_max"), _MINUTES, _EVAL_SCORE,
                            "Evaluation score vs wall time"),
-    "eval_vs_step": _Curve("step", ("eval_mean", "eval_max"), "global step [updates]",
-                           _EVAL_SCORE, "Evaluation score vs global step"),
+    "eval_vs_step": _Curve("step", ("eval_mean", "eval_max"), _UPDATES, _EVAL_SCORE,
+                           "Evaluation score vs global step"),
     "hns_vs_time": _Curve("minutes", ("hns",), _MINUTES,
                           "human-normalized score (0: random, 1: human)",
                           "Human-normalized evaluation score vs wall time"),
-    "online_score": _Curve("minutes", ("online_score",), _MINUTES,
-                           "online score [points/episode]", "Training (online) score"),
+    "online_score": _Curve("minutes", ("online_score",), _MINUTES, _ONLINE_SCORE,
+                           "Training (online) score"),
+    # runs on machines of different speeds (or one machine on different days) compared per
+    # update rather than per minute
+    "online_vs_step": _Curve("step", ("online_score",), _UPDATES, _ONLINE_SCORE,
+                             "Training (online) score vs global step"),
     "throughput": _Curve("minutes", ("data_points_per_s",), _MINUTES, _THROUGHPUT,
                          "Training throughput"),
 }
@@ -175,12 +182,13 @@ def learning_curve_tables(runs: list[Run]) -> dict[str, Table]:
     figures), ``hns`` (Atari-57 games only), ``online_score`` or ``data_points_per_s``.
     """
     evals = _run_rows(runs, lambda run: run.evals, {"eval_mean": "mean", "eval_max": "max"})
+    online = _run_rows(runs, lambda run: run.metrics, {"online_score": "train/online_score"})
     tables = {
         "eval_vs_time": evals,
         "eval_vs_step": evals,
         "hns_vs_time": _run_rows(runs, lambda run: run.evals, {"hns": "hns"}),
-        "online_score": _run_rows(runs, lambda run: run.metrics,
-                                  {"online_score": "train/online_score"}),
+        "online_score": online,
+        "online_vs_step": online,
         "throughput": _run_rows(runs, lambda run: run.metrics,
                                 {"data_points_per_s": "perf/data_points_per_s"}),
     }
@@ -381,7 +389,8 @@ def draw_figure(name: str, table: Table) -> Figure:
 def learning_curves(runs: list[Run]) -> dict[str, Figure]:
     """Figures ``eval_vs_time`` and ``eval_vs_step`` (eval mean solid, max dashed),
     ``hns_vs_time`` (the human-normalized eval mean, for Atari-57 games), ``online_score``
-    and ``throughput`` (vs wall minutes), one colour per run."""
+    and ``throughput`` (vs wall minutes), ``online_vs_step`` (the online score vs updates),
+    one colour per run."""
     return {name: draw_figure(name, table)
             for name, table in learning_curve_tables(runs).items()}
 

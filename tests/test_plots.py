@@ -109,7 +109,8 @@ def test_learning_curves(tmp_path):
     runs = [plots.load_run(make_run(tmp_path, "a")),
             plots.load_run(make_run(tmp_path, "b", scores=(None, 4.0, 6.0)))]
     figures = plots.learning_curves(runs)
-    assert set(figures) == {"eval_vs_time", "eval_vs_step", "online_score", "throughput"}
+    assert set(figures) == {"eval_vs_time", "eval_vs_step", "online_score", "online_vs_step",
+                            "throughput"}
 
     evals = figures["eval_vs_time"]
     assert len(evals.axes[0].get_lines()) == 4  # mean and max per run
@@ -128,6 +129,10 @@ def test_learning_curves(tmp_path):
     assert list(online) == ["a", "b"]
     assert list(online["b"].get_xdata()) == [2.0, 3.0]  # the null score is skipped
     assert list(online["b"].get_ydata()) == [4.0, 6.0]
+    per_step = lines_by_label(figures["online_vs_step"])
+    assert "[updates]" in figures["online_vs_step"].axes[0].get_xlabel()
+    assert list(per_step["b"].get_xdata()) == [20, 30]  # the same scores, at their steps
+    assert list(per_step["b"].get_ydata()) == [4.0, 6.0]
 
     throughput = figures["throughput"].axes[0]
     assert "[data points/s]" in throughput.get_ylabel()
@@ -136,7 +141,7 @@ def test_learning_curves(tmp_path):
 
 def test_learning_curves_leave_out_empty_figures(tmp_path):
     runs = [plots.load_run(make_run(tmp_path, "a", evals=False))]
-    assert set(plots.learning_curves(runs)) == {"online_score", "throughput"}
+    assert set(plots.learning_curves(runs)) == {"online_score", "online_vs_step", "throughput"}
 
 
 def test_workers_scaling_with_ideal_lines():
@@ -236,7 +241,8 @@ def test_plot_command_on_sweep_and_run(tmp_path):
     out = tmp_path / "figures"
     written = plots.plot_command([str(sweep), single, sweep / "run-0"], out)
     names = {path.name for path in written}
-    stems = ["eval_vs_time", "eval_vs_step", "online_score", "throughput", "sync_vs_async",
+    stems = ["eval_vs_time", "eval_vs_step", "online_score", "online_vs_step", "throughput",
+             "sync_vs_async",
              "time_to_target_vs_workers", "throughput_vs_workers"]
     assert names == {f"{stem}.{ext}" for stem in stems for ext in ("png", "csv")}
     assert all(path.stat().st_size > 0 for path in written)
