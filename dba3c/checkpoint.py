@@ -241,8 +241,8 @@ def load_start(cfg: Config, spec: NetSpec) -> StartState:
     ckpt = load_latest(RunDir(cfg.run.dir).checkpoints_dir)
     layout = spec.layout()
     if ckpt is None:
-        return StartState(0, spec.init_params(cfg.run.seed), AdamState.zeros(layout.num_params),
-                          None)
+        return StartState(0, spec.init_params(cfg.run.seed, cfg.model.init),
+                          AdamState.zeros(layout.num_params), None)
     check_layout(ckpt, cfg, layout, f"in {cfg.run.dir}",
                  "use the run's own config or a new run.dir")
     # m and v hold Adam's moments or RMSProp's mean square: another rule would misread them

@@ -103,6 +103,8 @@ class ModelConfig:
     kind: str = _opt("ba3c", _one_of("ba3c", "a3c_ff", "mlp"), "network")
     hidden: int = _opt(128, POSITIVE, "units of the fully connected layer (paper: 128)")
     obs: str = _opt("grayscale", _one_of("grayscale", "rgb"), "Atari observation colour")
+    init: str = _opt("glorot", _one_of("glorot", "he"),
+                     "kernel initialisation: Glorot uniform, or He normal for the ReLU layers")
 
 
 @dataclass(frozen=True)

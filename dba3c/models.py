@@ -167,10 +167,21 @@ class NetSpec:
         """One prediction while acting plus forward and backward (~2x forward) in training."""
         return 4 * self.flops_per_state()
 
-    def init_params(self, seed: int) -> np.ndarray:
-        """Glorot-uniform kernels, zero biases, as one flat float32 vector (seeded, NumPy)."""
+    def init_params(self, seed: int, scheme: str = "glorot") -> np.ndarray:
+        """Seeded kernels and zero biases, as one flat float32 vector (NumPy).
+
+        glorot:  every kernel ~ U[-l, l], l = sqrt(6 / (fan_in + fan_out))
+        he:      ReLU trunk kernels ~ N(0, 2 / fan_in) (He et al. 2015; tensorpack's default,
+                 so the paper's code); the heads and tanh layers stay Glorot
+
+        (conv fans count the receptive field: fan_in = k * k * c_in). The policy kernel is
+        scaled by 0.01 in both, for a near-uniform initial policy.
+        """
+        if scheme not in ("glorot", "he"):
+            raise ValueError(f"unknown initialisation {scheme!r}: glorot or he")
         rng = np.random.default_rng(seed)
         layout = self.layout()
+        acts = {f"{stage.name}/kernel": stage.layer.act for stage in self.stages()}
         tensors = []
         for name, shape in zip(layout.names, layout.shapes):
             if name.endswith("bias"):
@@ -178,6 +189,9 @@ class NetSpec:
                 continue
             receptive = int(np.prod(shape[:-2])) if len(shape) > 2 else 1
             fan_in, fan_out = shape[-2] * receptive, shape[-1] * receptive
+            if scheme == "he" and acts.get(name) == "relu":
+                tensors.append(rng.normal(0.0, np.sqrt(2.0 / fan_in), shape).astype(np.float32))
+                continue
             scale = 0.01 if name.startswith("policy") else 1.0  # near-uniform initial policy
             limit = scale * np.sqrt(6.0 / (fan_in + fan_out))
             tensors.append(rng.uniform(-limit, limit, shape).astype(np.float32))

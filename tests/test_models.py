@@ -250,6 +250,60 @@ def test_init_params_glorot_uniform_kernels_zero_biases(name):
             assert abs(t.mean()) < 0.1 * limit, tname
 
 
+@pytest.mark.parametrize("name", ["ba3c", "a3c_ff"])
+def test_he_init_draws_relu_kernels_with_variance_2_over_fan_in_and_keeps_the_heads(name):
+    spec = SPECS[name]
+    layout = spec.layout()
+    glorot = dict(zip(layout.names, unflatten(layout, spec.init_params(5))))
+    he = dict(zip(layout.names, unflatten(layout, spec.init_params(5, "he"))))
+    for tname, shape in zip(layout.names, layout.shapes):
+        t = he[tname]
+        if tname.endswith("bias"):
+            assert np.all(t == 0), tname
+        elif tname.startswith(("policy", "value")):  # linear heads: Glorot, as before
+            limit = np.sqrt(6.0 / (shape[0] + shape[1]))
+            limit *= 0.01 if tname.startswith("policy") else 1.0
+            assert np.abs(t).max() <= limit * (1 + 1e-6), tname
+        else:  # ReLU trunk: N(0, 2 / fan_in); conv fan_in = k * k * c_in
+            fan_in = int(np.prod(shape[:-1]))
+            assert abs(t.std() / np.sqrt(2.0 / fan_in) - 1) < 0.1, tname
+            assert abs(t.mean()) < 0.1 * np.sqrt(2.0 / fan_in), tname
+            assert np.abs(t).max() > np.sqrt(6.0 / fan_in), tname  # unbounded, not uniform
+            assert not np.array_equal(t, glorot[tname]), tname
+
+
+def test_he_init_keeps_the_mean_square_through_a_relu_layer():
+    """He et al.: E[relu(W x)^2] = fan_in * Var(w) * E[x^2] / 2 = E[x^2] for Var(w) = 2/fan_in;
+    Glorot's Var(w) = 2 / (fan_in + fan_out) shrinks it by fan_in / (fan_in + fan_out)."""
+    spec = SPECS["a3c_ff"]
+    layout = spec.layout()
+    x = np.random.default_rng(0).normal(size=(4096, A3C_FC_IN)).astype(np.float32)
+    for scheme, want in (("he", 1.0), ("glorot", A3C_FC_IN / (A3C_FC_IN + 32))):
+        kernel = dict(zip(layout.names, unflatten(layout, spec.init_params(2, scheme))))
+        h = np.maximum(x @ kernel["fc2/kernel"], 0.0)
+        assert abs(np.mean(h ** 2) / want - 1) < 0.05, scheme
+
+
+def test_a_fresh_run_starts_from_the_configured_init(tmp_path):
+    from dba3c.checkpoint import load_start
+    from dba3c.config import load_config
+
+    cfg = load_config("configs/pong_small.yaml", ["model.init=he", "run.seed=4",
+                                                  f"run.dir={tmp_path / 'run'}"])
+    spec = make_net_spec(cfg.model, GRAY, A)
+    start = load_start(cfg, spec)
+    assert start.step == 0 and start.ckpt is None
+    assert np.array_equal(start.theta, spec.init_params(4, "he"))
+    assert not np.array_equal(start.theta, spec.init_params(4, "glorot"))
+
+
+def test_he_init_leaves_tanh_layers_glorot_and_rejects_unknown_schemes():
+    spec = SPECS["mlp"]
+    assert np.array_equal(spec.init_params(3, "he"), spec.init_params(3, "glorot"))
+    with pytest.raises(ValueError, match="orthogonal"):
+        spec.init_params(3, "orthogonal")
+
+
 # --------------------------------------------------------------------------- forward pass
 
 def _variables(spec, theta):
