@@ -103,6 +103,8 @@ class ModelConfig:
     kind: str = _opt("ba3c", _one_of("ba3c", "a3c_ff", "mlp"), "network")
     hidden: int = _opt(128, POSITIVE, "units of the fully connected layer (paper: 128)")
     obs: str = _opt("grayscale", _one_of("grayscale", "rgb"), "Atari observation colour")
+    frame_size: int = _opt(84, POSITIVE, "Atari frame side in pixels: the 210x160 screen "
+                           "resized to frame_size x frame_size (paper: 84)")
     init: str = _opt("glorot", _one_of("glorot", "he"),
                      "kernel initialisation: Glorot uniform, or He normal for the ReLU layers")
 
@@ -383,6 +385,8 @@ def num_params_of(cfg: Config) -> int:
 
 def _cross_field_errors(cfg: Config) -> list[str]:
     """Rules that involve more than one key."""
+    from dba3c.models import min_frame_size
+
     errors = []
     if cfg.env.batch_size > cfg.env.num_envs:
         errors.append(f"env.batch_size={cfg.env.batch_size} must be <= env.num_envs="
@@ -394,6 +398,9 @@ def _cross_field_errors(cfg: Config) -> list[str]:
     elif not atari and cfg.model.kind != "mlp":
         errors.append(f"model.kind={cfg.model.kind!r} needs an Atari env; env.id="
                       f"{cfg.env.id!r} has vector observations (use mlp)")
+    elif cfg.model.frame_size < (smallest := min_frame_size(cfg.model.kind)):
+        errors.append(f"model.frame_size={cfg.model.frame_size} is too small for model.kind="
+                      f"{cfg.model.kind!r}: its layers need frames of at least {smallest}")
     elif cfg.dist.ps > 1:  # one shard always fits; counting opens a simulator briefly
         problem = num_shards_error(cfg.dist.ps, num_params_of(cfg))
         errors += [problem] if problem else []

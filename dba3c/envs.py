@@ -43,7 +43,7 @@ class EnvPool:
     def __init__(self, env_id: str, num_envs: int, *, batch_size: int = 0, num_threads: int = 0,
                  frame_skip: int = 4, sticky_actions: float = 0.0, episodic_life: bool = False,
                  noop_max: int = 30, max_episode_frames: int = 108000, rgb: bool = False,
-                 full_action_space: bool = False):
+                 frame_size: int = 84, full_action_space: bool = False):
         self.atari = is_atari(env_id)
         self.num_envs = num_envs
         # ale-py's AtariVectorEnv (send/recv) or a gymnasium vector env (step): two APIs
@@ -60,7 +60,7 @@ class EnvPool:
                 # life_loss_info only makes a lost life terminal, and the game goes on
                 life_loss_info=episodic_life, noop_max=noop_max, reward_clipping=False,
                 max_num_frames_per_episode=max_episode_frames, grayscale=not rgb,
-                full_action_space=full_action_space)
+                img_height=frame_size, img_width=frame_size, full_action_space=full_action_space)
         else:
             import gymnasium as gym
 
@@ -114,7 +114,8 @@ def make_env_pool(env_cfg: EnvConfig, model_cfg: ModelConfig, *, num_envs: int |
         episodic_life=env_cfg.episodic_life if episodic_life is None else episodic_life,
         noop_max=env_cfg.noop_max if noop_max is None else noop_max,
         max_episode_frames=max_episode_frames or env_cfg.max_episode_frames,
-        rgb=model_cfg.obs == "rgb", full_action_space=env_cfg.full_action_space)
+        rgb=model_cfg.obs == "rgb", frame_size=model_cfg.frame_size,
+        full_action_space=env_cfg.full_action_space)
 
 
 class ScoreTracker:
@@ -146,14 +147,14 @@ class ScoreTracker:
         return float(np.mean(self.recent)) if self.recent else None
 
 
-SpacesKey = tuple[str, bool, bool]  # env.id, RGB observations, full action space
+SpacesKey = tuple[str, bool, int, bool]  # env.id, RGB observations, frame side, full actions
 Spaces = tuple[tuple[int, ...], int]  # observation shape, number of actions
 _SPACES: dict[SpacesKey, Spaces] = {}  # per process: the config validator and trainer both ask
 
 
 def spaces_key(cfg: Config) -> SpacesKey:
     """What an env's spaces depend on."""
-    return cfg.env.id, cfg.model.obs == "rgb", cfg.env.full_action_space
+    return cfg.env.id, cfg.model.obs == "rgb", cfg.model.frame_size, cfg.env.full_action_space
 
 
 def env_spaces(cfg: Config) -> Spaces:
@@ -161,8 +162,9 @@ def env_spaces(cfg: Config) -> Spaces:
     briefly, once per process, unless :func:`remember_spaces` was told them."""
     key = spaces_key(cfg)
     if key not in _SPACES:
-        env_id, rgb, full_action_space = key
-        pool = EnvPool(env_id, 1, batch_size=1, rgb=rgb, full_action_space=full_action_space)
+        env_id, rgb, frame_size, full_action_space = key
+        pool = EnvPool(env_id, 1, batch_size=1, rgb=rgb, frame_size=frame_size,
+                       full_action_space=full_action_space)
         try:
             _SPACES[key] = pool.obs_shape, pool.num_actions
         finally:

@@ -2,8 +2,9 @@
 
 A network is described by a list of layer specs; from it come the parameter layout, a seeded
 NumPy initialisation (the same on every rank), the analytic FLOP count, and the TensorFlow
-forward pass. Atari observations arrive as uint8, channels first: [B, stack, 84, 84] for
-grayscale, [B, stack, 84, 84, 3] for RGB; they become float NHWC inside the graph.
+forward pass. Atari observations arrive as uint8, channels first: [B, stack, S, S] for
+grayscale, [B, stack, S, S, 3] for RGB (S = model.frame_size, 84 in the papers); they become
+float NHWC inside the graph.
 """
 
 from __future__ import annotations
@@ -196,6 +197,17 @@ class NetSpec:
             limit = scale * np.sqrt(6.0 / (fan_in + fan_out))
             tensors.append(rng.uniform(-limit, limit, shape).astype(np.float32))
         return np.concatenate([t.ravel() for t in tensors])
+
+
+def min_frame_size(kind: str) -> int:
+    """The smallest frame side S for which every layer of an image network ``kind`` has an
+    output of at least 1 x 1 (valid convolutions shrink the frame, pools halve it)."""
+    for size in range(1, 1024):
+        spec = NetSpec(kind, 1, (1, size, size), 1)
+        if all(min(shape_out[:2]) >= 1 for layer, _, shape_out in spec._walk()
+               if layer.kind != "dense"):
+            return size
+    raise ValueError(f"no frame side up to 1024 fits model kind {kind!r}")
 
 
 def make_net_spec(model_cfg: ModelConfig, obs_shape: tuple[int, ...], num_actions: int) -> NetSpec:

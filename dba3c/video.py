@@ -1,8 +1,8 @@
 """Gameplay videos: the frames of one game, the running score drawn on each, as MP4 or GIF.
 
-Frames are the network's own input (the newest frame of the stacked observation, 84x84),
-scaled up by an integer factor with nearest-neighbour pixels, so the video shows exactly
-what the agent saw.
+Frames are the network's own input (the newest frame of the stacked observation,
+model.frame_size square), scaled up by an integer factor with nearest-neighbour pixels, so
+the video shows exactly what the agent saw.
 """
 
 from __future__ import annotations

@@ -184,6 +184,16 @@ def test_every_cross_field_error_is_reported_at_once():
     assert "no meaning in dist.mode=async" in msg
 
 
+@pytest.mark.parametrize("kind, size, smallest", [("a3c_ff", 19, 20), ("ba3c", 51, 52)])
+def test_a_frame_too_small_for_the_network_is_a_user_error(kind, size, smallest):
+    with pytest.raises(UserError, match=f"model.frame_size={size} is too small for model.kind="
+                                        f"'{kind}': its layers need frames of at least "
+                                        f"{smallest}"):
+        from_dict({"env": {"id": "pong"}, "model": {"kind": kind, "frame_size": size}})
+    assert from_dict({"env": {"id": "pong"},
+                      "model": {"kind": kind, "frame_size": smallest}}).model.frame_size == smallest
+
+
 def test_unknown_key_and_bad_value_are_reported_together():
     with pytest.raises(UserError) as e:
         from_dict({"train": {"lrr": 0.1, "gamma": -1}})

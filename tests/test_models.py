@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dba3c.models import NetSpec, forward, make_net_spec
+from dba3c.models import NetSpec, forward, make_net_spec, min_frame_size
 from dba3c.params import layer_buckets, unflatten
 
 GRAY = (4, 84, 84)  # 4 stacked grayscale frames, channels first
@@ -137,6 +137,10 @@ def test_make_net_spec_reads_the_model_section():
 @pytest.mark.parametrize("overrides, spaces, num_params", [
     (["env.id=pong"], ((4, 84, 84), 6), 322695),  # DESIGN.md: 4 gray frames, A=6
     (["env.id=CartPole-v1", "model.kind=mlp", "model.hidden=64"], ((4,), 2), 4675),
+    # 42 x 42 frames: conv 8x8/4 -> 9x9x16, conv 4x4/2 -> 3x3x32; with biases
+    # (8*8*4 + 1) * 16 + (4*4*16 + 1) * 32 + (288 + 1) * 256 + (256 + 1) * (6 + 1) = 88,119
+    (["env.id=pong", "model.kind=a3c_ff", "model.hidden=256", "model.frame_size=42"],
+     ((4, 42, 42), 6), 88119),
 ])
 def test_the_network_of_a_config_comes_from_the_env_spaces(overrides, spaces, num_params):
     from dba3c.config import load_config
@@ -145,6 +149,16 @@ def test_the_network_of_a_config_comes_from_the_env_spaces(overrides, spaces, nu
     cfg = load_config("configs/breakout.yaml", overrides)
     assert env_spaces(cfg) == spaces
     assert make_net_spec(cfg.model, *env_spaces(cfg)).layout().num_params == num_params
+
+
+def test_min_frame_size_by_hand():
+    # a3c_ff: conv 8x8/4 then 4x4/2 needs (S - 8) // 4 + 1 >= 4, so S >= 20
+    # ba3c: S -5+1, /2, -5+1, /2, -5+1, /2, -3+1 >= 1 back to front: 3 <- 6 <- 10 <- 20 <- 24
+    # <- 48 <- 52
+    assert min_frame_size("a3c_ff") == 20
+    assert min_frame_size("ba3c") == 52
+    assert NetSpec("a3c_ff", 8, (4, 20, 20), 2).stages()[1].shape_out == (1, 1, 32)
+    assert NetSpec("a3c_ff", 8, (4, 19, 19), 2).stages()[1].shape_out == (0, 0, 32)
 
 
 # --------------------------------------------------------------------------- FLOPs

@@ -61,8 +61,8 @@ def read_job(path: Path) -> tuple[list[JobRun], list[tuple[SpacesKey, Spaces]]]:
     """The runs and env spaces written by :func:`write_job`."""
     job = json.loads(path.read_text())
     runs = [JobRun(r["config"], tuple(r["overrides"]), r["ranks"]) for r in job["runs"]]
-    spaces = [((env_id, rgb, full), (tuple(shape), num_actions))
-              for env_id, rgb, full, shape, num_actions in job["spaces"]]
+    spaces = [((env_id, rgb, frame_size, full), (tuple(shape), num_actions))
+              for env_id, rgb, frame_size, full, shape, num_actions in job["spaces"]]
     return runs, spaces
 
 
