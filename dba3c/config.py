@@ -398,7 +398,7 @@ def _cross_field_errors(cfg: Config) -> list[str]:
     elif not atari and cfg.model.kind != "mlp":
         errors.append(f"model.kind={cfg.model.kind!r} needs an Atari env; env.id="
                       f"{cfg.env.id!r} has vector observations (use mlp)")
-    elif cfg.model.frame_size < (smallest := min_frame_size(cfg.model.kind)):
+    elif atari and cfg.model.frame_size < (smallest := min_frame_size(cfg.model.kind)):
         errors.append(f"model.frame_size={cfg.model.frame_size} is too small for model.kind="
                       f"{cfg.model.kind!r}: its layers need frames of at least {smallest}")
     elif cfg.dist.ps > 1:  # one shard always fits; counting opens a simulator briefly

@@ -203,9 +203,8 @@ def min_frame_size(kind: str) -> int:
     """The smallest frame side S for which every layer of an image network ``kind`` has an
     output of at least 1 x 1 (valid convolutions shrink the frame, pools halve it)."""
     for size in range(1, 1024):
-        spec = NetSpec(kind, 1, (1, size, size), 1)
-        if all(min(shape_out[:2]) >= 1 for layer, _, shape_out in spec._walk()
-               if layer.kind != "dense"):
+        stages = NetSpec(kind, 1, (1, size, size), 1).stages()
+        if all(min(stage.shape_next[:2]) >= 1 for stage in stages if stage.layer.kind == "conv"):
             return size
     raise ValueError(f"no frame side up to 1024 fits model kind {kind!r}")
 
