@@ -11,7 +11,7 @@ import sys
 from typing import NoReturn
 
 from dba3c.errors import UserError, exit_code
-from dba3c.tflog import quiet_tensorflow
+from dba3c.learning.tflog import quiet_tensorflow
 
 
 class _Parser(argparse.ArgumentParser):
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     """``dba3c train``: world size 1 trains alone, otherwise this rank plays its role."""
     from dba3c.launchers.mpienv import world_size_hint
-    from dba3c.runner import train
+    from dba3c.training.runner import train
 
     return train(args.config, args.overrides, world_size_hint())
 
@@ -178,9 +178,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_describe(args: argparse.Namespace) -> int:
     """``dba3c describe``: what a run would be, without running it."""
     from dba3c.config import dump_yaml, load_config
-    from dba3c.envs import env_spaces
-    from dba3c.models import make_net_spec
-    from dba3c.roles import make_roles, required_world_size
+    from dba3c.distributed.roles import make_roles, required_world_size
+    from dba3c.games.envs import env_spaces
+    from dba3c.learning.models import make_net_spec
 
     cfg = load_config(args.config, args.overrides)
     spec = make_net_spec(cfg.model, *env_spaces(cfg))
@@ -203,12 +203,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     """``dba3c evaluate``: the training run's evaluation, offline, from a checkpoint."""
     import json
 
-    from dba3c import checkpoint
     from dba3c.config import is_atari
-    from dba3c.envs import env_spaces
-    from dba3c.models import make_net_spec
-    from dba3c.scores import score_stats
-    from dba3c.video import check_video_path, write_video
+    from dba3c.games.envs import env_spaces
+    from dba3c.games.scores import score_stats
+    from dba3c.games.video import check_video_path, write_video
+    from dba3c.learning.models import make_net_spec
+    from dba3c.training import checkpoint
 
     if args.episodes is not None and args.episodes < 1:
         raise UserError(f"--episodes {args.episodes} must be at least 1")
@@ -220,7 +220,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     spec = make_net_spec(cfg.model, *env_spaces(cfg))
     checkpoint.check_layout(ckpt, cfg, spec.layout(), f"from {args.path}",
                             "evaluate it with its own config")
-    from dba3c.evaluation import evaluate_params, record_game  # TensorFlow: after the checks
+    from dba3c.games.evaluation import evaluate_params, record_game  # TensorFlow: after the checks
     episodes = args.episodes or cfg.eval.episodes
 
     def progress(n: int, score: float) -> None:
@@ -248,7 +248,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """``dba3c plot``: PNG and CSV files for run and sweep directories."""
-    from dba3c.plots import plot_command
+    from dba3c.analysis.plots import plot_command
 
     try:
         written = plot_command(args.paths, args.out)
@@ -278,8 +278,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """``dba3c bench``: measure, write the JSON, append the markdown table, print it."""
     from pathlib import Path
 
+    from dba3c.benchmarks.node import bench_command, long_command, profile_command
     from dba3c.config import load_config
-    from dba3c.launchers.bench import bench_command, long_command, profile_command
 
     load_config(args.config, args.overrides)  # refuse bad input before minutes of work
     modes = [f"--{m}" for m in ("scale", "long", "profile") if getattr(args, m) not in
@@ -291,7 +291,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         table = profile_command(args.config, args.overrides, args.quick, out_json,
                                 Path(args.docs))
     elif args.scale:
-        from dba3c.launchers.scale import POINT_TIMEOUT_S, SCALE_JSON, scale_command
+        from dba3c.benchmarks.scale.cluster import POINT_TIMEOUT_S, SCALE_JSON, scale_command
 
         if args.compute_ms is not None and args.compute_ms <= 0:
             raise UserError(f"--compute-ms {args.compute_ms:g} must be a positive number of "

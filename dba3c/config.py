@@ -377,15 +377,15 @@ def num_shards_error(num_ps: int, num_params: int) -> str | None:
 
 def num_params_of(cfg: Config) -> int:
     """The parameter count of the configured network (no TensorFlow: the pure layout)."""
-    from dba3c.envs import env_spaces
-    from dba3c.models import make_net_spec
+    from dba3c.games.envs import env_spaces
+    from dba3c.learning.models import make_net_spec
 
     return make_net_spec(cfg.model, *env_spaces(cfg)).layout().num_params
 
 
 def _cross_field_errors(cfg: Config) -> list[str]:
     """Rules that involve more than one key."""
-    from dba3c.models import min_frame_size
+    from dba3c.learning.models import min_frame_size
 
     errors = []
     if cfg.env.batch_size > cfg.env.num_envs:
@@ -459,7 +459,7 @@ def _aggregation_errors(cfg: Config) -> list[str]:
 
 def _stop_below_target_errors(cfg: Config) -> list[str]:
     """eval.stop_below_target needs the game's highest score, at least the target."""
-    from dba3c.scores import MAX_SCORE
+    from dba3c.games.scores import MAX_SCORE
 
     if not cfg.eval.stop_below_target:
         return []

@@ -7,7 +7,7 @@
   talks to parameter-server ranks. Tests drop in either.
 - :class:`ShardServer`: one shard's optimizer and the aggregation rule, used by both; its
   :meth:`~ShardServer._apply` is the one place parameters change
-  (:func:`dba3c.optim.optimizer_update`).
+  (:func:`dba3c.learning.optim.optimizer_update`).
 - :class:`EvalSchedule`: which global steps are evaluated; the one place that decides and
   submits, whether the evaluator is a thread of this process or its own rank.
 """
@@ -20,8 +20,8 @@ from typing import Protocol
 
 import numpy as np
 
-from dba3c.adam import AdamState
-from dba3c.optim import Optimizer, optimizer_update
+from dba3c.learning.optim import Optimizer, optimizer_update
+from dba3c.learning.rules import AdamState
 
 
 @dataclass
@@ -62,7 +62,7 @@ class Incoming(Protocol):
 
 
 class StagedClient(ParameterClient, Protocol):
-    """A parameter store that takes a gradient bucket by bucket (``dba3c.params.ShardPlan``
+    """A parameter store that takes a gradient bucket by bucket (``dba3c.learning.params.ShardPlan``
     buckets, offered as the backward pass makes them: the last bucket first) and hands the
     next parameters out bucket by bucket (bucket 0 first), so communication overlaps the
     backward pass and the next forward pass (``dist.aggregation: collective``)."""
@@ -121,9 +121,9 @@ class ShardServer:
     is kept in float64, so the mean (rounded once to float32) does not depend on the order
     in which the workers' gradients arrived.
 
-    ``optimizer`` (:func:`dba3c.optim.make_optimizer`) is the update rule and its schedule;
+    ``optimizer`` (:func:`dba3c.learning.optim.make_optimizer`) is the update rule and its schedule;
     the step it sees is the shard's version. ``adam`` holds the optimizer's statistics,
-    Adam's or RMSProp's (see :mod:`dba3c.optim`).
+    Adam's or RMSProp's (see :mod:`dba3c.learning.optim`).
     """
 
     def __init__(self, theta_shard: np.ndarray, adam: AdamState, version: int, *,

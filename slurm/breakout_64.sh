@@ -96,7 +96,7 @@ done
 
 # Requeue when the run stopped for a signal (here, or delivered to the ranks by
 # `scancel --signal=USR2`), not when it finished.
-reason=$(python3 -c 'import sys; from dba3c.rundir import RunDir
+reason=$(python3 -c 'import sys; from dba3c.training.rundir import RunDir
 print(RunDir(sys.argv[1]).read_summary().get("stop_reason") or "")' "$RUN_DIR" 2>/dev/null)
 if [[ $rc == 0 && ( $signalled == 1 || $reason == signal* ) && -n ${SLURM_JOB_ID:-} ]]; then
     echo "dba3c: stopped by ${reason:-a signal}; requeueing job $SLURM_JOB_ID to resume from $RUN_DIR"

@@ -37,15 +37,15 @@ def python_output(code: str, timeout: float) -> list[str]:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """Every JSON line of a file; strict (a torn line fails), unlike dba3c.rundir's reader,
+    """Every JSON line of a file; strict (a torn line fails), unlike dba3c.training.rundir's reader,
     so tests check the files independently of it."""
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
 def latest_checkpoint(run_dir: Path):
     """The newest checkpoint of a run directory."""
-    from dba3c import checkpoint
-    from dba3c.rundir import RunDir
+    from dba3c.training import checkpoint
+    from dba3c.training.rundir import RunDir
 
     return checkpoint.load_latest(RunDir(run_dir).checkpoints_dir)
 

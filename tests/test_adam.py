@@ -1,15 +1,16 @@
-"""Adam on flat shards (dba3c.adam) against Keras, shard equivalence, and the shard server's
+"""Adam on flat shards (dba3c.learning.rules) against Keras, shard equivalence, and the shard
+server's
 aggregation rules (dba3c.core.ShardServer)."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from dba3c.adam import AdamState, adam_update
 from dba3c.config import AdamConfig
 from dba3c.core import LocalParameterServer, ShardServer
-from dba3c.optim import Optimizer
-from dba3c.params import shard_bounds
+from dba3c.learning.optim import Optimizer
+from dba3c.learning.params import shard_bounds
+from dba3c.learning.rules import AdamState, adam_update
 
 PAPER = dict(lr=1e-3, beta1=0.8, beta2=0.75, epsilon=1e-8)
 PAPER_ADAM = Optimizer("adam", PAPER["lr"], adam=AdamConfig(PAPER["beta1"], PAPER["beta2"],

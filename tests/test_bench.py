@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from dba3c.launchers.bench import (
+from dba3c.benchmarks.node import (
     RssSampler,
     _dir_bytes,
     bytes_per_step,

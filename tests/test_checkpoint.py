@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dba3c import checkpoint
-from dba3c.checkpoint import MAGIC, Checkpoint
 from dba3c.errors import UserError
+from dba3c.training import checkpoint
+from dba3c.training.checkpoint import MAGIC, Checkpoint
 
 from conftest import ROOT
 
@@ -239,7 +239,7 @@ def test_saving_the_same_step_again_leaves_only_that_checkpoint(tmp_path):
 SAVER = r"""
 import sys
 import numpy as np
-from dba3c import checkpoint
+from dba3c.training import checkpoint
 
 directory, n = sys.argv[1], int(sys.argv[2])
 latest = checkpoint.load_latest(directory)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from dba3c.chief import Chief
 from dba3c.config import load_config
-from dba3c.dist.report import Losses, Seconds, WorkerReport
-from dba3c.dist.wire import ReportMsg
+from dba3c.distributed.wire import ReportMsg
+from dba3c.training.chief import Chief
+from dba3c.training.report import Losses, Seconds, WorkerReport
 
 from conftest import ROOT, read_jsonl
 

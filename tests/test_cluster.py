@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from dba3c.launchers.emulated import cluster, emulation_problem, run_script
+from dba3c.benchmarks.emulated import cluster, emulation_problem, run_script
 
 from conftest import ROOT, read_jsonl
 from test_slurm import check_usr2_requeue_resumes_without_gap, sbatch, wait_job
@@ -74,7 +74,7 @@ def num_params(overrides: list[str]) -> int:
 def protocol_bytes(n: int, steps: int, grads: dict[int, int]) -> dict[int, tuple[int, int]]:
     """Payload bytes into and out of each node for a run of ``steps`` synchronous steps with
     rank 0 = chief + worker on node 1, rank 1 = the only PS on node 2, rank 2 = a worker on
-    node 3, from the message formats in dba3c/dist/wire.py (float32 buffers with an 8-slot
+    node 3, from the message formats in dba3c/distributed/wire.py (float32 buffers with an 8-slot
     header). ``grads[r]``: gradients worker rank r sent (``steps``, or one more when it
     computed one on the final parameters before DONE arrived)."""
     msg = 4 * (8 + n)            # GRAD (worker -> PS), PARAMS (PS -> worker): one shard

@@ -2,7 +2,8 @@
 
 - The transport's collectives: in-process (threads) and MPI (a real mpiexec world in which
   one rank stays out of the group), against sums and concatenations computed here.
-- The step (:class:`~dba3c.dist.collective.CollectiveClient`) on the in-process transport:
+- The step (:class:`~dba3c.distributed.collective.ranks.CollectiveClient`) on the in-process
+transport:
   one rank equals the single-process store bit for bit; W ranks equal W workers + P
   parameter servers within float32 summation-order tolerance after 20 steps; one rank's
   non-finite gradient makes every shard skip the same step.
@@ -28,16 +29,11 @@ import time
 import numpy as np
 import pytest
 
-from dba3c.adam import AdamState
 from dba3c.config import DistConfig
 from dba3c.core import LocalParameterServer, ShardServer
-from dba3c.dist.collective import CollectiveClient
-from dba3c.launchers.local import find_mpiexec
-from dba3c.models import NetSpec
-from dba3c.optim import make_optimizer
-from dba3c.params import ShardPlan
-from dba3c.roles import make_roles
-from dba3c.transport import (
+from dba3c.distributed.collective.ranks import CollectiveClient
+from dba3c.distributed.roles import make_roles
+from dba3c.distributed.transport import (
     PR_GET_TIMERSLACK,
     TIMER_SLACK_NS,
     InProcessTransport,
@@ -45,6 +41,11 @@ from dba3c.transport import (
     offsets,
     precise_sleeps,
 )
+from dba3c.launchers.local import find_mpiexec
+from dba3c.learning.models import NetSpec
+from dba3c.learning.optim import make_optimizer
+from dba3c.learning.params import ShardPlan
+from dba3c.learning.rules import AdamState
 
 from conftest import ROOT, dba3c, latest_checkpoint, read_jsonl
 from test_protocol import N, grad_of, make_cfg, run_world, train_loop
@@ -177,7 +178,7 @@ def test_in_process_sums_are_added_in_rank_order_in_float32():
 MPI_SCRIPT = """
 import pickle, sys
 sys.path.insert(0, {tests!r})
-from dba3c.transport import MpiTransport
+from dba3c.distributed.transport import MpiTransport
 from test_collective import collectives_on
 t = MpiTransport({algorithm!r})
 result = collectives_on(t)
@@ -494,7 +495,7 @@ def test_a_rank_waiting_in_the_collectives_does_not_spin_a_core():
     dist.collective_poll_us: transport.collective_wait), it uses a part of a
     core, at most half of what MPI_Wait spins in the same place (~1.0 idle;
     docs/benchmarks.md has both). Compared in one run, so a loaded host lowers both."""
-    from dba3c.launchers.waiting import PAPER_PARAMS, run_point, waiting_table
+    from dba3c.benchmarks.waiting import PAPER_PARAMS, run_point, waiting_table
 
     polled = f"quick-{DistConfig().collective_poll_us:g}us"  # the client's waits
     poll = run_point(2, polled, PAPER_PARAMS, rounds=10, late_ms=20.0)

@@ -1,4 +1,4 @@
-"""Configuration (dba3c.config) and the rank layout (dba3c.roles), in-process.
+"""Configuration (dba3c.config) and the rank layout (dba3c.distributed.roles), in-process.
 
 The paper's values come from DESIGN.md section 1 (Adamski et al. 2018, best run): lr 1e-3,
 batch 32 per worker, FC 128, 10 simulators per worker, Adam beta1 0.8, beta2 0.75,
@@ -23,8 +23,8 @@ from dba3c.config import (
     parse_overrides,
     validate,
 )
+from dba3c.distributed.roles import make_roles, required_world_size
 from dba3c.errors import UserError
-from dba3c.roles import make_roles, required_world_size
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted((ROOT / "configs").glob("*.yaml"))

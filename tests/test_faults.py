@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dba3c.config import DebugConfig
-from dba3c.faults import with_faults
+from dba3c.training.faults import with_faults
 
 
 class Step:

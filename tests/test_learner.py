@@ -1,4 +1,5 @@
-"""The Learner (dba3c.learner): its threading contract (a prediction made while another thread
+"""The Learner (dba3c.learning.learner): its threading contract (a prediction made while another
+thread
 loads new parameters sees exactly one parameter version, and reports which; the actor tags
 data points with that version), and the staged gradient against the one-call gradient."""
 
@@ -15,12 +16,12 @@ import numpy as np
 import pytest
 
 from dba3c.config import TrainConfig
-from dba3c.envs import Step
-from dba3c.learner import Learner
-from dba3c.models import NetSpec
-from dba3c.params import layer_buckets
-from dba3c.rollout import RolloutAssembler
-from dba3c.worker import Actor, synthetic_batch
+from dba3c.games.envs import Step
+from dba3c.learning.learner import Learner
+from dba3c.learning.models import NetSpec
+from dba3c.learning.params import layer_buckets
+from dba3c.learning.rollout import RolloutAssembler
+from dba3c.training.worker import Actor, synthetic_batch
 
 from conftest import python_output
 
@@ -144,8 +145,8 @@ def test_a_learner_sizes_tensorflow_s_thread_pools_from_the_config():
     code = (
         "import numpy as np, tensorflow as tf\n"
         "from dba3c.config import TrainConfig\n"
-        "from dba3c.learner import Learner\n"
-        "from dba3c.models import NetSpec\n"
+        "from dba3c.learning.learner import Learner\n"
+        "from dba3c.learning.models import NetSpec\n"
         "spec = NetSpec('mlp', 16, (4,), 3)\n"
         "cfg = TrainConfig(intra_op_threads=1, inter_op_threads=3)\n"
         "Learner(spec, cfg, spec.init_params(0)).predict(np.zeros((2, 4), np.float32))\n"
@@ -160,7 +161,7 @@ def test_a_learner_sizes_tensorflow_s_thread_pools_from_the_config():
 
 
 def test_dba3c_turns_on_onednn_kernels_unless_the_environment_says_otherwise():
-    probe = ("import os, dba3c; from dba3c.learner import onednn_enabled; "
+    probe = ("import os, dba3c; from dba3c.learning.learner import onednn_enabled; "
              "print(os.environ['TF_ENABLE_ONEDNN_OPTS'], onednn_enabled())")
     for environ, expected in (({}, "1 True"), ({"TF_ENABLE_ONEDNN_OPTS": "0"}, "0 False")):
         env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
@@ -315,9 +316,9 @@ def test_buckets_assigned_from_the_callbacks_on_one_inter_op_thread():
     code = (
         "import numpy as np\n"
         "from dba3c.config import TrainConfig\n"
-        "from dba3c.learner import Learner\n"
-        "from dba3c.models import NetSpec\n"
-        "from dba3c.worker import synthetic_batch\n"
+        "from dba3c.learning.learner import Learner\n"
+        "from dba3c.learning.models import NetSpec\n"
+        "from dba3c.training.worker import synthetic_batch\n"
         "spec = NetSpec('a3c_ff', 32, (4, 84, 84), 6)\n"
         "cfg = TrainConfig(intra_op_threads=1, inter_op_threads=1)\n"
         "learner = Learner(spec, cfg, spec.init_params(1), staged=True)\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dba3c.metrics import steady_throughput
+from dba3c.training.metrics import steady_throughput
 
 
 def test_steady_throughput_is_the_mean_of_the_second_half():

@@ -1,4 +1,5 @@
-"""The networks (dba3c.models): parameter counts and FLOPs worked out by hand from the layer
+"""The networks (dba3c.learning.models): parameter counts and FLOPs worked out by hand from the
+layer
 shapes, seeded initialisation, and the TensorFlow forward pass against a plain NumPy one.
 
 Reference: DESIGN.md section 2 (the paper's net, exact): input 84x84 x frames; conv layers
@@ -11,8 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dba3c.models import NetSpec, forward, make_net_spec, min_frame_size
-from dba3c.params import layer_buckets, unflatten
+from dba3c.learning.models import NetSpec, forward, make_net_spec, min_frame_size
+from dba3c.learning.params import layer_buckets, unflatten
 
 GRAY = (4, 84, 84)  # 4 stacked grayscale frames, channels first
 RGB = (4, 84, 84, 3)
@@ -144,7 +145,7 @@ def test_make_net_spec_reads_the_model_section():
 ])
 def test_the_network_of_a_config_comes_from_the_env_spaces(overrides, spaces, num_params):
     from dba3c.config import load_config
-    from dba3c.envs import env_spaces
+    from dba3c.games.envs import env_spaces
 
     cfg = load_config("configs/breakout.yaml", overrides)
     assert env_spaces(cfg) == spaces
@@ -299,8 +300,8 @@ def test_he_init_keeps_the_mean_square_through_a_relu_layer():
 
 
 def test_a_fresh_run_starts_from_the_configured_init(tmp_path):
-    from dba3c.checkpoint import load_start
     from dba3c.config import load_config
+    from dba3c.training.checkpoint import load_start
 
     cfg = load_config("configs/pong_small.yaml", ["model.init=he", "run.seed=4",
                                                   f"run.dir={tmp_path / 'run'}"])

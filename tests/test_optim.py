@@ -1,4 +1,5 @@
-"""RMSProp on flat shards and the learning-rate schedule (dba3c.optim): hand-computed values,
+"""RMSProp on flat shards and the learning-rate schedule (dba3c.learning.optim): hand-computed
+values,
 the formulas, Keras, shard equivalence, the shard server's one update call, checkpoint and
 resume."""
 
@@ -6,13 +7,19 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dba3c import checkpoint
-from dba3c.adam import AdamState, adam_update
 from dba3c.config import AdamConfig, RMSPropConfig, load_config
 from dba3c.core import LocalParameterServer, ShardServer
 from dba3c.errors import UserError
-from dba3c.optim import Optimizer, learning_rate, make_optimizer, optimizer_update, rmsprop_update
-from dba3c.params import shard_bounds
+from dba3c.learning.optim import (
+    Optimizer,
+    learning_rate,
+    make_optimizer,
+    optimizer_update,
+    rmsprop_update,
+)
+from dba3c.learning.params import shard_bounds
+from dba3c.learning.rules import AdamState, adam_update
+from dba3c.training import checkpoint
 
 from conftest import dba3c, latest_checkpoint, read_jsonl
 from test_train import SYNTH

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dba3c.pacing import COARSE_MAX_S, FINE_MAX_S, FINE_MIN_S, ReplyPacer
+from dba3c.distributed.pacing import COARSE_MAX_S, FINE_MAX_S, FINE_MIN_S, ReplyPacer
 
 
 def fine_sequence(n: int) -> list[float]:

@@ -1,4 +1,4 @@
-"""The flat parameter vector (dba3c.params): layout arithmetic, flatten/unflatten, shards.
+"""The flat parameter vector (dba3c.learning.params): layout arithmetic, flatten/unflatten, shards.
 
 Expected values are worked out by hand in comments or recomputed with plain NumPy.
 """
@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from dba3c.params import (
+from dba3c.learning.params import (
     ParamLayout,
     ShardPlan,
     flatten,

@@ -1,4 +1,4 @@
-"""Figures and tables of dba3c.plots from synthetic run and sweep directories."""
+"""Figures and tables of dba3c.analysis.plots from synthetic run and sweep directories."""
 
 import csv
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 import yaml
 
-from dba3c import plots
+from dba3c.analysis import plots
 
 
 def make_run(root, name, *, mode="sync", workers=1, scores=(1.0, 2.0, 3.0), evals=True):

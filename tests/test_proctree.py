@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dba3c.errors import Interrupted, exit_code
-from dba3c.launchers.proctree import (
+from dba3c.benchmarks.proctree import (
     EXITED,
     INTERRUPTED,
     TIMED_OUT,
@@ -21,6 +20,7 @@ from dba3c.launchers.proctree import (
     ProcessTree,
     tree_pids,
 )
+from dba3c.errors import Interrupted, exit_code
 
 # a shell with two sleeping children, all ignoring SIGTERM like the ranks of a run (only
 # SIGKILL ends them), and a grandchild in a process group of its own like mpiexec's

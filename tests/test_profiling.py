@@ -1,9 +1,9 @@
-"""Section timing of a worker's loops (dba3c.profiling), on a hand-driven clock."""
+"""Section timing of a worker's loops (dba3c.training.profiling), on a hand-driven clock."""
 
 import pytest
 
-from dba3c import profiling
-from dba3c.profiling import Laps, section_table
+from dba3c.training import profiling
+from dba3c.training.profiling import Laps, section_table
 
 
 def test_laps_give_each_section_the_time_since_the_previous_lap(monkeypatch):

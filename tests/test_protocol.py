@@ -15,13 +15,14 @@ import weakref
 import numpy as np
 import pytest
 
-from dba3c.adam import AdamState, adam_update
 from dba3c.config import from_dict
-from dba3c.dist.chief_link import ChiefLink
-from dba3c.dist.mailbox import Inbox, Sender
-from dba3c.dist.ps import run_ps
-from dba3c.dist.report import WorkerReport
-from dba3c.dist.wire import (
+from dba3c.distributed.mailbox import Inbox, Sender
+from dba3c.distributed.ps.chief_link import ChiefLink
+from dba3c.distributed.ps.client import RemoteParameterClient
+from dba3c.distributed.ps.server import run_ps
+from dba3c.distributed.roles import make_roles
+from dba3c.distributed.transport import ANY_SOURCE, InProcessTransport, wait_until
+from dba3c.distributed.wire import (
     END,
     HEADER,
     Command,
@@ -35,10 +36,9 @@ from dba3c.dist.wire import (
     Tag,
     framed_size,
 )
-from dba3c.dist.worker_client import RemoteParameterClient
-from dba3c.params import shard_bounds
-from dba3c.roles import make_roles
-from dba3c.transport import ANY_SOURCE, InProcessTransport, wait_until
+from dba3c.learning.params import shard_bounds
+from dba3c.learning.rules import AdamState, adam_update
+from dba3c.training.report import WorkerReport
 
 N = 11  # parameters: odd so shards differ in size
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from dba3c.adam import AdamState, adam_update
 from dba3c.config import Config
-from dba3c.dist.mailbox import Inbox
-from dba3c.dist.ps import ParameterServer, PsState
-from dba3c.dist.wire import (
+from dba3c.distributed.mailbox import Inbox
+from dba3c.distributed.ps.client import RemoteParameterClient
+from dba3c.distributed.ps.server import ParameterServer, PsState
+from dba3c.distributed.roles import make_roles
+from dba3c.distributed.transport import ANY_SOURCE, InProcessTransport
+from dba3c.distributed.wire import (
     END,
     Command,
     ControlMsg,
@@ -27,9 +29,7 @@ from dba3c.dist.wire import (
     Tag,
     framed_size,
 )
-from dba3c.dist.worker_client import RemoteParameterClient
-from dba3c.roles import make_roles
-from dba3c.transport import ANY_SOURCE, InProcessTransport
+from dba3c.learning.rules import AdamState, adam_update
 
 from test_protocol import N, PostedReceives, grad_of, make_cfg
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dba3c import checkpoint
-from dba3c.rundir import truncate_jsonl
+from dba3c.training import checkpoint
+from dba3c.training.rundir import truncate_jsonl
 
 from conftest import ROOT, dba3c, latest_checkpoint, read_jsonl
 

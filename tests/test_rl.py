@@ -1,5 +1,5 @@
 """n-step returns, reward clipping, the A3C loss, gradient clipping and action sampling
-(dba3c.rl).
+(dba3c.learning.rl).
 
 Expected values are derived by hand (in comments) or recomputed with plain NumPy.
 """
@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dba3c.rl import LOG_EPS, a3c_loss, clip_gradients, clip_rewards, n_step_returns, sample_actions
+from dba3c.learning.rl import (
+    LOG_EPS,
+    a3c_loss,
+    clip_gradients,
+    clip_rewards,
+    n_step_returns,
+    sample_actions,
+)
 
 # --------------------------------------------------------------------------- n-step returns
 

@@ -1,4 +1,4 @@
-"""RolloutAssembler (dba3c.rollout) on scripted simulator streams.
+"""RolloutAssembler (dba3c.learning.rollout) on scripted simulator streams.
 
 Each test feeds hand-made ``Step`` objects the way the actor thread does (observe the outcome
 of the last actions with V of the new observations, then record the actions sent for them)
@@ -11,8 +11,8 @@ it came from; the action sent on state s is s + 100, so it shows the pairing too
 import numpy as np
 import pytest
 
-from dba3c.envs import Step
-from dba3c.rollout import RolloutAssembler
+from dba3c.games.envs import Step
+from dba3c.learning.rollout import RolloutAssembler
 
 
 def make_step(env_ids, obs, r=None, terminated=(), truncated=()) -> Step:

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from dba3c.config import from_dict
-from dba3c.dist.report import Losses, WorkerReport
-from dba3c.metrics import next_steps
-from dba3c.tflog import filtered_stderr, is_below_level, quiet_import
+from dba3c.learning.tflog import filtered_stderr, is_below_level, quiet_import
+from dba3c.training.metrics import next_steps
+from dba3c.training.report import Losses, WorkerReport
 
 from conftest import dba3c, read_jsonl
 
@@ -114,8 +114,8 @@ REPORT = WorkerReport()  # no data points, frames or score yet, 0 s in each acti
 
 def make_chief(run_dir: Path):
     """A Chief of a CartPole run logging every 5 steps."""
-    from dba3c.chief import Chief
-    from dba3c.models import make_net_spec
+    from dba3c.learning.models import make_net_spec
+    from dba3c.training.chief import Chief
 
     cfg = from_dict({"env": {"id": "CartPole-v1"}, "model": {"kind": "mlp"},
                      "train": {"max_steps": 100}, "eval": {"every": 0},
@@ -139,7 +139,7 @@ def test_a_workers_last_report_without_losses_is_logged(tmp_path):
     """A worker's last report comes over STATS with its losses as NaN, read back as None; a
     step logged after it (the final one, typically) averages the losses that were sent. (The
     chief used to fail on it: rank 0 died without the final metrics line.)"""
-    from dba3c.dist.wire import ReportMsg
+    from dba3c.distributed.wire import ReportMsg
 
     chief = make_chief(tmp_path)
     chief.worker_report(0, WorkerReport(policy_lag=1.0, losses=Losses(total=2.0)))

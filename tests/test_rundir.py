@@ -1,4 +1,5 @@
-"""dba3c.rundir: the run and sweep directories' names, readers (torn lines), atomic writers and
+"""dba3c.training.rundir: the run and sweep directories' names, readers (torn lines), atomic
+writers and
 the resume rule, on hand-made files with expected values written out here."""
 
 from __future__ import annotations
@@ -9,9 +10,16 @@ import threading
 import pytest
 import yaml
 
-from dba3c import rundir
 from dba3c.config import Config, from_dict
-from dba3c.rundir import JsonlWriter, RunDir, SweepDir, read_jsonl, truncate_jsonl, write_atomic
+from dba3c.training import rundir
+from dba3c.training.rundir import (
+    JsonlWriter,
+    RunDir,
+    SweepDir,
+    read_jsonl,
+    truncate_jsonl,
+    write_atomic,
+)
 
 
 def test_names_are_the_documented_on_disk_contract(tmp_path):

@@ -16,9 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dba3c.errors import UserError
-from dba3c.launchers.emulated import emulation_problem, link_rate
-from dba3c.launchers.scale import (
+from dba3c.benchmarks.emulated import emulation_problem, link_rate
+from dba3c.benchmarks.scale.cluster import (
     HOST_BUDGET,
     Bucket,
     PointPlan,
@@ -47,7 +46,8 @@ from dba3c.launchers.scale import (
     steps_for,
     timeout_message,
 )
-from dba3c.models import NetSpec
+from dba3c.errors import UserError
+from dba3c.learning.models import NetSpec
 
 from conftest import dba3c
 
@@ -200,7 +200,8 @@ def test_model_collective_moves_2_w_minus_1_over_w_vectors_per_node_whatever_w()
 
 
 def test_the_paper_network_has_a_bucket_per_layer_with_its_stage_flops():
-    # bucket starts (0, 3200, 28800, 80000, 116864) of 322,695 (dba3c.params.layer_buckets);
+    # bucket starts (0, 3200, 28800, 80000, 116864) of 322,695
+    # (dba3c.learning.params.layer_buckets);
     # forward FLOPs 2 x k^2 x C_in x output elements: conv 5x5x4 -> 80x80x32, then
     # 5x5x32 -> 36x36x32, 5x5x32 -> 14x14x64, 3x3x64 -> 5x5x64, FC 1600 -> 128 + both heads
     assert net_buckets(PAPER_NET) == (
@@ -374,7 +375,7 @@ def test_bench_point_filters_refuse_bad_counts_before_any_work(argv, message, tm
 
 
 def test_the_emulated_cluster_needs_root(monkeypatch):
-    from dba3c.launchers import emulated
+    from dba3c.benchmarks import emulated
 
     assert emulation_problem() is None  # the tests run as root where namespaces work
     monkeypatch.setattr(emulated.os, "geteuid", lambda: 1000)
@@ -383,7 +384,7 @@ def test_the_emulated_cluster_needs_root(monkeypatch):
 
 def test_bench_scale_refuses_without_root_and_writes_nothing(tmp_path, monkeypatch, capsys):
     from dba3c.cli import main
-    from dba3c.launchers import emulated
+    from dba3c.benchmarks import emulated
 
     monkeypatch.setattr(emulated.os, "geteuid", lambda: 1000)
     docs = tmp_path / "benchmarks.md"
@@ -398,7 +399,7 @@ def test_bench_scale_refuses_without_root_and_writes_nothing(tmp_path, monkeypat
 
 def test_bench_scale_says_where_it_wrote(tmp_path, monkeypatch, capsys):
     from dba3c.cli import main
-    from dba3c.launchers import scale
+    from dba3c.benchmarks.scale import cluster as scale
 
     written = []
 
@@ -536,7 +537,7 @@ def test_bad_scale_options_are_refused():
 
 
 def test_scale_command_writes_every_point_to_json_and_appends_the_table(tmp_path, monkeypatch):
-    from dba3c.launchers import scale
+    from dba3c.benchmarks.scale import cluster as scale
 
     calls = []
 
@@ -658,7 +659,8 @@ def test_a_point_past_its_time_limit_is_ended_with_its_ranks(monkeypatch):
 def test_an_interrupt_ends_the_running_point_and_keeps_the_points_so_far(tmp_path, monkeypatch,
                                                                          capsys):
     from dba3c.cli import main
-    from dba3c.launchers import proctree, scale
+    from dba3c.benchmarks import proctree
+    from dba3c.benchmarks.scale import cluster as scale
 
     trees = []
 

@@ -1,5 +1,5 @@
 """Many ``dba3c bench --scale`` points in one MPI job: the rank program
-(``dba3c.launchers.scalejob``), the transport view it plays each point on, and the driver's
+(``dba3c.benchmarks.scale.job``), the transport view it plays each point on, and the driver's
 grouping, failure records and relaunches."""
 
 from __future__ import annotations
@@ -17,14 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dba3c.config import load_config
-from dba3c.dist.collective import sit_out_collective_run
-from dba3c.envs import env_spaces, spaces_key
-from dba3c.errors import Interrupted
-from dba3c.launchers import scale
-from dba3c.launchers.local import find_mpiexec, launch_environment
-from dba3c.launchers.proctree import TIMED_OUT, Interrupt
-from dba3c.launchers.scale import (
+from dba3c.benchmarks.proctree import TIMED_OUT, Interrupt
+from dba3c.benchmarks.scale.cluster import (
     PointPlan,
     ScalePoint,
     job_failure,
@@ -34,8 +28,14 @@ from dba3c.launchers.scale import (
     run_points,
     unfinished,
 )
-from dba3c.launchers.scalejob import event_line, job_event, read_job, write_job
-from dba3c.transport import InProcessTransport, TransportView
+from dba3c.benchmarks.scale.job import event_line, job_event, read_job, write_job
+from dba3c.config import load_config
+from dba3c.distributed.collective.ranks import sit_out_collective_run
+from dba3c.distributed.transport import InProcessTransport, TransportView
+from dba3c.errors import Interrupted
+from dba3c.games.envs import env_spaces, spaces_key
+from dba3c.benchmarks.scale import cluster as scale
+from dba3c.launchers.local import find_mpiexec, launch_environment
 
 from conftest import ROOT, read_jsonl
 
@@ -92,7 +92,7 @@ def test_peak_rss_leaves_out_the_ranks_that_sat_the_point_out():
 # from the heap, each pinned below a live 200 kB one, and are freed again.
 HEAP_AFTER_A_POINT = """
 import numpy as np
-from dba3c.launchers.scalejob import release_memory
+from dba3c.benchmarks.scale.job import release_memory
 def rss_mb():
     for line in open("/proc/self/status"):
         if line.startswith("VmRSS:"):
@@ -182,7 +182,7 @@ def test_one_job_plays_points_of_different_sizes_each_to_its_last_step(tmp_path)
     env = launch_environment()
     env["PYTHONPATH"] = os.pathsep.join([str(blocked), *filter(None, [env.get("PYTHONPATH")])])
     proc = subprocess.run([find_mpiexec(), "-n", "3", sys.executable, "-m",
-                           "dba3c.launchers.scalejob", str(tmp_path / "job.json")],
+                           "dba3c.benchmarks.scale.job", str(tmp_path / "job.json")],
                           cwd=ROOT, capture_output=True, text=True, timeout=240,
                           env={**env, marker: "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]

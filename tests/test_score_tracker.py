@@ -1,4 +1,4 @@
-"""ScoreTracker (dba3c.envs): real game scores per env from an asynchronous step stream.
+"""ScoreTracker (dba3c.games.envs): real game scores per env from an asynchronous step stream.
 
 Scripted steps check the bookkeeping against sums written out by hand; one test plays real
 Breakout with ``episodic_life`` to check what the simulators do with lives.
@@ -6,7 +6,7 @@ Breakout with ``episodic_life`` to check what the simulators do with lives.
 
 import numpy as np
 
-from dba3c.envs import EnvPool, ScoreTracker, Step
+from dba3c.games.envs import EnvPool, ScoreTracker, Step
 
 
 def make_step(env_ids, r, terminated=(), truncated=(), lives=None) -> Step:

@@ -1,4 +1,4 @@
-"""Human-normalized scores (dba3c.scores) in eval.jsonl, summary.json and the figures, and the
+"""Human-normalized scores (dba3c.games.scores) in eval.jsonl, summary.json and the figures, and the
 evaluation protocols (eval.protocol)."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from dba3c import plots
-from dba3c.chief import Chief
+from dba3c.analysis import plots
 from dba3c.config import load_config
-from dba3c.envs import env_spaces
 from dba3c.errors import UserError
-from dba3c.scores import RANDOM_AND_HUMAN, human_normalized_score, score_stats
+from dba3c.games.envs import env_spaces
+from dba3c.games.scores import RANDOM_AND_HUMAN, human_normalized_score, score_stats
+from dba3c.training.chief import Chief
 
 from conftest import ROOT, read_jsonl
 

@@ -1,10 +1,10 @@
-"""The staged-gradient measurement's arithmetic (dba3c.launchers.stages): FLOP fractions by
+"""The staged-gradient measurement's arithmetic (dba3c.benchmarks.stages): FLOP fractions by
 hand, and stage times from callback stamps."""
 
 import pytest
 
-from dba3c.launchers.stages import flop_fractions, stage_spans
-from dba3c.models import NetSpec
+from dba3c.benchmarks.stages import flop_fractions, stage_spans
+from dba3c.learning.models import NetSpec
 
 
 def test_flop_fractions_of_the_mlp_by_hand():

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from dba3c import plots
+from dba3c.analysis import plots
 from dba3c.launchers.sweep import point_result
-from dba3c.rundir import SweepDir
+from dba3c.training.rundir import SweepDir
 
 from conftest import dba3c, read_jsonl
 

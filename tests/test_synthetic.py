@@ -25,24 +25,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dba3c.adam import AdamState
 from dba3c.config import from_dict
-from dba3c.dist.chief_link import ChiefLink
-from dba3c.dist.ps import run_ps
-from dba3c.dist.worker_client import RemoteParameterClient
-from dba3c.errors import TrainingError
-from dba3c.models import NetSpec
-from dba3c.params import layer_buckets
-from dba3c.roles import make_roles
-from dba3c.synthetic import (
+from dba3c.distributed.ps.chief_link import ChiefLink
+from dba3c.distributed.ps.client import RemoteParameterClient
+from dba3c.distributed.ps.server import run_ps
+from dba3c.distributed.roles import make_roles
+from dba3c.distributed.synthetic import (
     SyntheticWorker,
     slow_ranks,
     stage_seconds,
     step_seconds,
     synthetic_gradient,
 )
-from dba3c.transport import InProcessTransport, Poller, wait_until
-from dba3c.watchdog import StallClock, query_lead, stalled_ranks
+from dba3c.distributed.transport import InProcessTransport, Poller, wait_until
+from dba3c.distributed.watchdog import StallClock, query_lead, stalled_ranks
+from dba3c.errors import TrainingError
+from dba3c.learning.models import NetSpec
+from dba3c.learning.params import layer_buckets
+from dba3c.learning.rules import AdamState
 
 from conftest import ROOT, dba3c, latest_checkpoint, read_jsonl
 from test_protocol import FakeChief, N, grad_of, make_cfg, send_final_report
@@ -353,7 +353,7 @@ def test_a_poller_polls_while_open_and_not_after():
 
 
 def test_wait_until_polls_quickly_at_first_then_backs_off(monkeypatch):
-    import dba3c.transport as transport
+    import dba3c.distributed.transport as transport
 
     clock, sleeps = [0.0], []
 

@@ -13,7 +13,7 @@ import pytest
 from dba3c.config import load_config
 from dba3c.errors import UserError
 from dba3c.launchers.tune import tune_command
-from dba3c.tuning import (
+from dba3c.launchers.tuning import (
     STARTUP_S,
     TUNED_KEYS,
     CoordinateDescent,

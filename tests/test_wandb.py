@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from dba3c.chief import Chief
 from dba3c.config import load_config
-from dba3c.metrics import scalars
+from dba3c.training.chief import Chief
+from dba3c.training.metrics import scalars
 
 from conftest import ROOT, dba3c
 

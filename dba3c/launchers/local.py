@@ -1,6 +1,7 @@
 """``dba3c launch``: a local multi-process dry run under mpiexec.
 
-The world size follows from the requested layout (:func:`dba3c.roles.required_world_size`);
+The world size follows from the requested layout
+(:func:`dba3c.distributed.roles.required_world_size`);
 mpiexec comes from the active Python environment (the ``mpich`` wheel) or else from PATH.
 Output of every rank streams to this terminal; a failing rank ends the whole job.
 ``DBA3C_MPIEXEC_ARGS`` adds mpiexec options, e.g. the hydra options that place the ranks on
@@ -19,8 +20,8 @@ from pathlib import Path
 from types import FrameType
 
 from dba3c.config import load_config
+from dba3c.distributed.roles import make_roles, required_world_size
 from dba3c.errors import UserError
-from dba3c.roles import make_roles, required_world_size
 
 
 def find_mpiexec() -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 
 from dba3c.config import load_config
+from dba3c.distributed.roles import make_roles
 from dba3c.errors import UserError
-from dba3c.roles import make_roles
 
 
 def main(argv: list[str]) -> int:

@@ -25,10 +25,10 @@ import time
 import submitit
 
 from dba3c.config import load_config
+from dba3c.distributed.roles import make_roles
 from dba3c.errors import UserError
-from dba3c.roles import make_roles
-from dba3c.rundir import RunDir
-from dba3c.tflog import quiet_tensorflow
+from dba3c.learning.tflog import quiet_tensorflow
+from dba3c.training.rundir import RunDir
 
 
 class TrainJob(submitit.helpers.Checkpointable):
@@ -43,7 +43,7 @@ class TrainJob(submitit.helpers.Checkpointable):
 
     def __call__(self) -> dict | None:
         from dba3c.launchers.mpienv import world_size_hint
-        from dba3c.runner import train
+        from dba3c.training.runner import train
 
         quiet_tensorflow(os.environ)
         rc = train(self.config, self.overrides, world_size_hint())

@@ -3,9 +3,10 @@
     dba3c tune configs/breakout.yaml --seconds 300 --write configs/breakout-node.yaml
 
 Each trial is a fresh ``dba3c train`` process (evaluation and checkpoints off) whose
-steady-state data points/s :func:`dba3c.launchers.bench.run_training` reads, for one setting
+steady-state data points/s :func:`dba3c.benchmarks.node.run_training` reads, for one setting
 of ``env.num_envs``, ``env.batch_size`` and TensorFlow's intra/inter-op threads, chosen by
-the coordinate descent of :mod:`dba3c.tuning` within ``--seconds``. Every measured trial goes
+the coordinate descent of :mod:`dba3c.launchers.tuning` within ``--seconds``. Every measured trial
+goes
 to a state file (this module owns its format); a re-run with the same config and overrides
 takes them from there instead of measuring again, so an interrupted or budget-bound search
 goes on where it stopped.
@@ -19,11 +20,10 @@ import sys
 import time
 from pathlib import Path
 
+from dba3c.benchmarks.node import machine_description, run_training
 from dba3c.config import Config, apply_overrides, dump_yaml, load_config
 from dba3c.errors import UserError
-from dba3c.launchers.bench import machine_description, run_training
-from dba3c.rundir import write_atomic
-from dba3c.tuning import (
+from dba3c.launchers.tuning import (
     STARTUP_S,
     TUNED_KEYS,
     CoordinateDescent,
@@ -38,6 +38,7 @@ from dba3c.tuning import (
     setting_overrides,
     start_values,
 )
+from dba3c.training.rundir import write_atomic
 
 STATE_FORMAT = "dba3c-tune-state/1"
 

@@ -1,0 +1,478 @@
+"""The paper's figures from run and sweep directories, each as a PNG with its data as CSV.
+
+Every figure is drawn from a table (a list of dict rows), and that same table is written
+next to the picture as ``NAME.csv``, so the numbers behind a figure can be read without it.
+Building tables and figures is pure (figures are :class:`matplotlib.figure.Figure` objects,
+rendered with Agg, never shown); :func:`write_outputs` and :func:`plot_command` do the I/O.
+
+Figures, by file stem:
+
+* from runs: ``eval_vs_time``, ``eval_vs_step``, ``online_score``, ``online_vs_step``,
+  ``throughput``, and ``sync_vs_async`` (paper fig. 3) when runs of both ``dist.mode``
+  values are present;
+* from a sweep's ``sweep.csv``: ``time_to_target_vs_workers`` and ``throughput_vs_workers``
+  (with the ideal linear scaling line), ``throughput_vs_hidden`` (paper fig. 6) and
+  ``throughput_vs_ps`` (paper fig. 7), each only when its grid column varies in the sweep;
+* from ``dba3c bench --scale``'s ``scale.json`` (emulated cluster):
+  ``scale_efficiency_vs_workers`` (with the ideal E = 1), ``scale_throughput_vs_ps`` and
+  ``scale_throughput_vs_hidden`` at the largest W, one series per link rate (and P).
+
+A figure whose table has no rows (e.g. no evaluation has finished yet) is left out.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from statistics import mean
+from typing import Any, NamedTuple
+
+from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatter, NullLocator
+
+from dba3c.training.rundir import METRICS, RESULT_COLUMNS, SWEEP_CSV, RunDir, SweepDir
+
+Table = list[dict]
+
+# sweep.csv columns that are not grid keys
+_SWEEP_RESULTS = ("run_dir", *RESULT_COLUMNS)
+# grid keys that repeat a configuration rather than change it: averaged, not a series
+_REPEAT_KEYS = ("run.seed",)
+
+
+@dataclass(frozen=True)
+class Run:
+    """The contents of one run directory.
+
+    ``name`` is the directory's name, ``config`` the nested resolved config, ``metrics`` and
+    ``evals`` the records of ``metrics.jsonl`` and ``eval.jsonl`` (empty when absent) and
+    ``summary`` the object in ``summary.json`` (empty when absent).
+    """
+
+    name: str
+    config: dict
+    metrics: list[dict]
+    evals: list[dict]
+    summary: dict
+
+
+class _Curve(NamedTuple):
+    """How to draw a per-run table: x column, y columns (solid, then dashed), labels."""
+
+    x: str
+    ys: tuple[str, ...]
+    xlabel: str
+    ylabel: str
+    title: str
+
+
+class _Scaling(NamedTuple):
+    """How to tabulate and draw a sweep figure; ``ideal(y0, x0, x)`` is the ideal linear
+    value at ``x`` given the measurement ``y0`` at the smallest ``x0`` (None: no ideal)."""
+
+    x: str
+    y: str
+    ideal: Callable[[float, float, float], float] | None
+    xlabel: str
+    ylabel: str
+    title: str
+
+
+_MINUTES = "wall time [min]"
+_UPDATES = "global step [updates]"
+_EVAL_SCORE = "eval score [points/episode] (solid: mean, dashed: max)"
+_ONLINE_SCORE = "online score [points/episode]"
+_THROUGHPUT = "throughput [data points/s]"
+
+_CURVES = {
+    "eval_vs_time": _Curve("minutes", ("eval_mean", "eval_max"), _MINUTES, _EVAL_SCORE,
+                           "Evaluation score vs wall time"),
+    "eval_vs_step": _Curve("step", ("eval_mean", "eval_max"), _UPDATES, _EVAL_SCORE,
+                           "Evaluation score vs global step"),
+    "hns_vs_time": _Curve("minutes", ("hns",), _MINUTES,
+                          "human-normalized score (0: random, 1: human)",
+                          "Human-normalized evaluation score vs wall time"),
+    "online_score": _Curve("minutes", ("online_score",), _MINUTES, _ONLINE_SCORE,
+                           "Training (online) score"),
+    # runs on machines of different speeds (or one machine on different days) compared per
+    # update rather than per minute
+    "online_vs_step": _Curve("step", ("online_score",), _UPDATES, _ONLINE_SCORE,
+                             "Training (online) score vs global step"),
+    "throughput": _Curve("minutes", ("data_points_per_s",), _MINUTES, _THROUGHPUT,
+                         "Training throughput"),
+}
+
+_SCALING = {
+    "time_to_target_vs_workers": _Scaling(
+        "dist.workers", "time_to_target_s", lambda y0, x0, x: y0 * x0 / x,
+        "workers", "time to target score [s]", "Time to target score vs workers"),
+    "throughput_vs_workers": _Scaling(
+        "dist.workers", "data_points_per_s", lambda y0, x0, x: y0 * x / x0,
+        "workers", _THROUGHPUT, "Throughput vs workers"),
+    "throughput_vs_hidden": _Scaling(
+        "model.hidden", "data_points_per_s", None,
+        "hidden units (model.hidden)", _THROUGHPUT, "Throughput vs model size"),
+    "throughput_vs_ps": _Scaling(
+        "dist.ps", "data_points_per_s", None,
+        "parameter servers (dist.ps)", _THROUGHPUT, "Throughput vs parameter servers"),
+}
+
+# dba3c bench --scale figures: x and y are keys of scale.json's points
+_SCALE = {
+    "scale_efficiency_vs_workers": _Scaling(
+        "workers", "efficiency", lambda y0, x0, x: 1.0, "workers W",
+        "scaling efficiency E = T_c / T_step", "Scaling efficiency vs workers (emulated)"),
+    "scale_throughput_vs_ps": _Scaling(
+        "ps", "data_points_per_s", None, "parameter servers P", _THROUGHPUT,
+        "Throughput vs parameter servers (emulated)"),
+    "scale_throughput_vs_hidden": _Scaling(
+        "hidden", "data_points_per_s", None, "hidden units (FC)", _THROUGHPUT,
+        "Throughput vs model size (emulated)"),
+}
+
+# ---- reading ------------------------------------------------------------------------------
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Read a run directory (``metrics.jsonl`` required; ``config.yaml``, ``eval.jsonl`` and
+    ``summary.json`` optional). Raises ValueError for a missing or malformed file."""
+    run = RunDir(run_dir)
+    if not run.is_run():
+        raise ValueError(f"{run_dir}: not a run directory (no {METRICS})")
+    return Run(name=run.path.resolve().name, config=run.read_config(),
+               metrics=run.read_metrics(), evals=run.read_evals(), summary=run.read_summary())
+
+
+def _config_value(config: dict, dotted: str) -> Any:
+    """``config['a']['b']`` for ``'a.b'``; None where a key is missing."""
+    node: Any = config
+    for key in dotted.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    return node
+
+
+# ---- tables -------------------------------------------------------------------------------
+
+
+def _run_rows(runs: list[Run], records: Callable[[Run], list[dict]],
+              columns: dict[str, str]) -> Table:
+    """One row (run, step, minutes, then ``columns`` renamed from their record keys) per
+    record that has a step, a time and every one of ``columns``."""
+    rows = []
+    for run in runs:
+        for record in records(run):
+            values = {name: record.get(key) for name, key in columns.items()}
+            if record.get("step") is None or record.get("time_s") is None or \
+                    None in values.values():
+                continue
+            rows.append({"run": run.name, "step": record["step"],
+                         "minutes": record["time_s"] / 60, **values})
+    return rows
+
+
+def learning_curve_tables(runs: list[Run]) -> dict[str, Table]:
+    """The tables behind :func:`learning_curves`, by figure name (empty ones left out).
+
+    Columns: ``run``, ``step``, ``minutes``, then ``eval_mean`` and ``eval_max`` (eval
+    figures), ``hns`` (Atari-57 games only), ``online_score`` or ``data_points_per_s``.
+    """
+    evals = _run_rows(runs, lambda run: run.evals, {"eval_mean": "mean", "eval_max": "max"})
+    online = _run_rows(runs, lambda run: run.metrics, {"online_score": "train/online_score"})
+    tables = {
+        "eval_vs_time": evals,
+        "eval_vs_step": evals,
+        "hns_vs_time": _run_rows(runs, lambda run: run.evals, {"hns": "hns"}),
+        "online_score": online,
+        "online_vs_step": online,
+        "throughput": _run_rows(runs, lambda run: run.metrics,
+                                {"data_points_per_s": "perf/data_points_per_s"}),
+    }
+    return {name: table for name, table in tables.items() if table}
+
+
+def sync_vs_async_table(runs: list[Run]) -> Table:
+    """The table behind :func:`sync_vs_async`: columns ``mode`` (``dist.mode``), ``run``,
+    ``step``, ``minutes``, ``online_score``; empty unless both modes have scores."""
+    rows = []
+    for run in runs:
+        mode = _config_value(run.config, "dist.mode")
+        if mode in ("sync", "async"):
+            rows += [{"mode": mode, **row} for row in
+                     _run_rows([run], lambda r: r.metrics, {"online_score": "train/online_score"})]
+    return rows if {row["mode"] for row in rows} == {"sync", "async"} else []
+
+
+def _number(value: str | None, column: str) -> int | float | None:
+    """A sweep.csv cell as int or float; None when empty."""
+    if value is None or value == "":
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"sweep column {column}: {value!r} is not a number") from None
+    return int(number) if number.is_integer() else number
+
+
+def scaling_tables(rows: list[dict]) -> dict[str, Table]:
+    """The tables behind :func:`scaling_figures`, by figure name, from sweep.csv rows.
+
+    Only rows with status ``ok`` and a value in the measured column count, and a figure is
+    made only if its grid column takes several values among them. Each other varying grid
+    key (except ``run.seed``) splits the points into series, labelled like
+    ``"model.hidden=256"`` (``""`` when there is one series); rows with the same series and
+    x value are averaged (``runs`` counts them). The workers figures add ``ideal_linear``:
+    the series' value at its smallest worker count, scaled linearly.
+    """
+    ok = [row for row in rows if row.get("status") == "ok"]
+    grid = [key for key in dict.fromkeys(k for row in rows for k in row)
+            if key not in _SWEEP_RESULTS]
+    tables = {}
+    for name, spec in _SCALING.items():
+        measured = [row for row in ok if _number(row.get(spec.x), spec.x) is not None
+                    and _number(row.get(spec.y), spec.y) is not None]
+        varying = [key for key in grid if len({str(row.get(key)) for row in measured}) > 1]
+        if spec.x not in varying:
+            continue
+        series_keys = [key for key in varying if key != spec.x and key not in _REPEAT_KEYS]
+        points: dict[str, dict[float, list[float]]] = {}
+        for row in measured:
+            series = ", ".join(f"{key}={row.get(key)}" for key in series_keys)
+            x, y = _number(row[spec.x], spec.x), _number(row[spec.y], spec.y)
+            assert x is not None and y is not None, "measured rows have both"
+            points.setdefault(series, {}).setdefault(x, []).append(y)
+        table = []
+        for series, by_x in points.items():
+            x0 = min(by_x)
+            for x in sorted(by_x):
+                entry = {"series": series, spec.x: x, spec.y: mean(by_x[x]), "runs": len(by_x[x])}
+                if spec.ideal:
+                    entry["ideal_linear"] = spec.ideal(mean(by_x[x0]), x0, x)
+                table.append(entry)
+        tables[name] = table
+    return tables
+
+
+def scale_tables(results: dict) -> dict[str, Table]:
+    """The tables behind the ``scale_*`` figures from ``dba3c bench --scale`` results.
+
+    Only measured points without backup workers or stragglers count. Efficiency vs W takes
+    the FC 128 points, one series per link rate and P, with ``ideal_linear`` E = 1;
+    throughput vs P the FC 128 points at the largest W and throughput vs FC those at the
+    largest W and P = 4, one series per link rate. Each row also gives the analytic model's
+    value (``model_*``) and the point's time scale. A figure is made only if its x takes
+    several values.
+    """
+    plain = [p for p in results["points"]
+             if "error" not in p and not p["replicas"] and not p["slow_workers"]]
+    top = max((p["workers"] for p in plain), default=0)
+    selections = {
+        "scale_efficiency_vs_workers": (
+            [p for p in plain if p["hidden"] == 128],
+            lambda p: f"{p['link_gbit']} Gb/s, P={p['ps']}"),
+        "scale_throughput_vs_ps": (
+            [p for p in plain if p["hidden"] == 128 and p["workers"] == top],
+            lambda p: f"W={top}, {p['link_gbit']} Gb/s, FC 128"),
+        "scale_throughput_vs_hidden": (
+            [p for p in plain if p["workers"] == top and p["ps"] == 4],
+            lambda p: f"W={top}, P=4, {p['link_gbit']} Gb/s"),
+    }
+    tables = {}
+    for name, (points, series) in selections.items():
+        spec = _SCALE[name]
+        if len({p[spec.x] for p in points}) < 2:
+            continue
+        table = []
+        for p in sorted(points, key=lambda p: (series(p), p[spec.x])):
+            model = p[spec.y] * p["step_ms"] / p["model_step_ms"]  # both go as 1 / T_step
+            entry = {"series": series(p), spec.x: p[spec.x], spec.y: p[spec.y],
+                     f"model_{spec.y}": model, "time_scale": p["time_scale"]}
+            if spec.ideal:
+                entry["ideal_linear"] = spec.ideal(p[spec.y], p[spec.x], p[spec.x])
+            table.append(entry)
+        tables[name] = table
+    return tables
+
+
+# ---- figures ------------------------------------------------------------------------------
+
+
+def _axes(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Any]:
+    """A new figure with one set of labelled axes."""
+    figure = Figure(figsize=(7, 4.5), layout="constrained")
+    axes = figure.add_subplot()
+    axes.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    axes.grid(True, alpha=0.3)
+    return figure, axes
+
+
+def _groups(table: Table, key: str) -> dict[str, Table]:
+    """The rows of ``table`` grouped by ``row[key]``, in order of first appearance."""
+    groups: dict[str, Table] = {}
+    for row in table:
+        groups.setdefault(row[key], []).append(row)
+    return groups
+
+
+def _column(rows: Table, key: str) -> list:
+    return [row[key] for row in rows]
+
+
+def _draw_curves(table: Table, spec: _Curve) -> Figure:
+    """One colour per run; the first y column solid and in the legend, the second dashed."""
+    figure, axes = _axes(spec.title, spec.xlabel, spec.ylabel)
+    for index, (run, rows) in enumerate(_groups(table, "run").items()):
+        for y, style in zip(spec.ys, ("-", "--")):
+            axes.plot(_column(rows, spec.x), _column(rows, y), style, color=f"C{index % 10}",
+                      label=run if style == "-" else "_nolegend_")
+    axes.legend(fontsize="small")
+    return figure
+
+
+def _draw_scaling(table: Table, spec: _Scaling) -> Figure:
+    """Measured points joined by lines, one colour per series, the ideal line dotted;
+    log-log axes when there is an ideal line."""
+    figure, axes = _axes(spec.title, spec.xlabel, spec.ylabel)
+    for index, (series, rows) in enumerate(_groups(table, "series").items()):
+        xs, colour = _column(rows, spec.x), f"C{index % 10}"
+        axes.plot(xs, _column(rows, spec.y), "o-", color=colour, label=series or "measured")
+        if spec.ideal:
+            axes.plot(xs, _column(rows, "ideal_linear"), ":", color=colour,
+                      label=f"ideal linear ({series})" if series else "ideal linear")
+    if spec.ideal:
+        axes.set_xscale("log", base=2)
+        axes.set_yscale("log")
+        axes.yaxis.set_major_formatter(LogFormatter())  # plain numbers, not 6x10^1
+        axes.yaxis.set_minor_formatter(LogFormatter())
+    ticks = sorted({row[spec.x] for row in table})
+    axes.set_xticks(ticks, [str(tick) for tick in ticks])
+    axes.xaxis.set_minor_locator(NullLocator())
+    axes.legend(fontsize="small")
+    return figure
+
+
+def _draw_sync_vs_async(table: Table) -> Figure:
+    """One line per run, coloured by mode and labelled by it (with the run's name when a
+    mode has several runs)."""
+    figure, axes = _axes("Synchronous vs asynchronous updates", _MINUTES,
+                         "online score [points/episode]")
+    runs = _groups(table, "run")
+    runs_per_mode = Counter(rows[0]["mode"] for rows in runs.values())
+    for run, rows in runs.items():
+        mode = rows[0]["mode"]
+        axes.plot(_column(rows, "minutes"), _column(rows, "online_score"),
+                  color="C0" if mode == "sync" else "C1",
+                  label=mode if runs_per_mode[mode] == 1 else f"{mode} ({run})")
+    axes.legend(fontsize="small")
+    return figure
+
+
+def draw_figure(name: str, table: Table) -> Figure:
+    """The figure called ``name`` (a learning-curve, scaling or ``sync_vs_async`` figure)
+    drawn from its table. Raises ValueError for an unknown name."""
+    if name in _CURVES:
+        return _draw_curves(table, _CURVES[name])
+    if name in _SCALING:
+        return _draw_scaling(table, _SCALING[name])
+    if name in _SCALE:
+        return _draw_scaling(table, _SCALE[name])
+    if name == "sync_vs_async":
+        return _draw_sync_vs_async(table)
+    raise ValueError(f"unknown figure {name!r}; known: "
+                     f"{', '.join([*_CURVES, *_SCALING, *_SCALE, 'sync_vs_async'])}")
+
+
+def learning_curves(runs: list[Run]) -> dict[str, Figure]:
+    """Figures ``eval_vs_time`` and ``eval_vs_step`` (eval mean solid, max dashed),
+    ``hns_vs_time`` (the human-normalized eval mean, for Atari-57 games), ``online_score``
+    and ``throughput`` (vs wall minutes), ``online_vs_step`` (the online score vs updates),
+    one colour per run."""
+    return {name: draw_figure(name, table)
+            for name, table in learning_curve_tables(runs).items()}
+
+
+def scaling_figures(rows: list[dict]) -> dict[str, Figure]:
+    """Figures from sweep.csv rows: ``time_to_target_vs_workers``, ``throughput_vs_workers``
+    (with the ideal linear line), ``throughput_vs_hidden`` and ``throughput_vs_ps``, each
+    only when its grid column varies (see :func:`scaling_tables`)."""
+    return {name: draw_figure(name, table) for name, table in scaling_tables(rows).items()}
+
+
+def sync_vs_async(runs: list[Run]) -> Figure | None:
+    """Online score vs wall minutes for sync and async runs (paper fig. 3); None unless
+    runs of both modes have online scores."""
+    table = sync_vs_async_table(runs)
+    return draw_figure("sync_vs_async", table) if table else None
+
+
+# ---- output -------------------------------------------------------------------------------
+
+
+def write_outputs(figures_and_tables: dict[str, tuple[Figure, Table]],
+                  out_dir: str | Path) -> list[Path]:
+    """Write ``NAME.png`` (120 dpi) and ``NAME.csv`` (columns in order of first appearance,
+    empty cells for missing values) for each entry; return the files written."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, (figure, table) in figures_and_tables.items():
+        png, table_path = out_dir / f"{name}.png", out_dir / f"{name}.csv"
+        figure.savefig(png, dpi=120)
+        columns = list(dict.fromkeys(key for row in table for key in row))
+        with open(table_path, "w", newline="", encoding="utf-8") as file:
+            writer = csv.DictWriter(file, fieldnames=columns, restval="")
+            writer.writeheader()
+            writer.writerows(table)
+        written += [png, table_path]
+    return written
+
+
+def _load_runs(run_dirs: list[Path]) -> list[Run]:
+    """Each directory once; runs whose names clash are named ``parent/name``."""
+    unique = list(dict.fromkeys(path.resolve() for path in run_dirs))
+    runs = [load_run(path) for path in unique]
+    clashes = Counter(run.name for run in runs)
+    return [replace(run, name=f"{path.parent.name}/{run.name}") if clashes[run.name] > 1
+            else run for path, run in zip(unique, runs)]
+
+
+def plot_command(paths: list, out_dir: str | Path) -> list[Path]:
+    """``dba3c plot PATH... --out DIR``: all figures (PNG + CSV) for run and sweep
+    directories; returns the files written.
+
+    A run directory has ``metrics.jsonl``; a sweep directory has ``sweep.csv``, and its
+    ``ok`` runs join the learning curves and the sync-vs-async figure; a ``.json`` file is
+    the results of ``dba3c bench --scale``. With several sweeps (or scale results), each
+    one's figures are prefixed with its directory (file) name. Raises ValueError naming a
+    path that is none of these.
+    """
+    from dba3c.training.rundir import read_scale_results
+
+    run_dirs, sweeps, scales = [], [], []
+    for path in map(Path, paths):
+        if RunDir(path).is_run():
+            run_dirs.append(path)
+        elif SweepDir(path).is_sweep():
+            rows = SweepDir(path).read_rows()
+            sweeps.append((path, rows))
+            run_dirs += [path / row["run_dir"] for row in rows if row["status"] == "ok"]
+        elif path.suffix == ".json" and path.is_file():
+            scales.append((path, read_scale_results(path)))
+        else:
+            raise ValueError(f"{path}: expected a run directory (with {METRICS}), a "
+                             f"sweep directory (with {SWEEP_CSV}) or the .json results of "
+                             f"dba3c bench --scale")
+    runs = _load_runs(run_dirs)
+    tables = [("", learning_curve_tables(runs)),
+              ("", {"sync_vs_async": sync_vs_async_table(runs)})]
+    tables += [(f"{path.name}_" if len(sweeps) > 1 else "", scaling_tables(rows))
+               for path, rows in sweeps]
+    tables += [(f"{path.stem}_" if len(scales) > 1 else "", scale_tables(results))
+               for path, results in scales]
+    return write_outputs({prefix + name: (draw_figure(name, table), table)
+                          for prefix, named in tables for name, table in named.items() if table},
+                         out_dir)

@@ -1,0 +1,188 @@
+"""``python -m dba3c.benchmarks.waiting``: what waiting in a collective costs, polled or blocked.
+
+Collective aggregation waits in a reduce-scatter and an allgather every step. A rank can poll
+the nonblocking request (``wait_until``: ``MPI_Test``, then a sleep doubling up to a cap:
+``poll-500us`` as most waits in dba3c, ``poll-50us`` or less as the collective aggregation's
+waits, ``dist.collective_poll_us``) or block in ``MPI_Wait`` (``block``; MPICH busy-polls a
+core in it). A nonblocking collective only advances from one round of its algorithm to the
+next inside an MPI call, so the sleeps can add up to one sleep per round. Every rank sleeps
+with the timer slack of a dba3c rank (:func:`~dba3c.distributed.transport.precise_sleeps`), or
+``--timer-slack-ns``. For each number of ranks W in ``--ranks`` and each of
+``--strategies``, this starts ``mpiexec -n W`` of itself and measures, on a vector of
+``--params`` float32 (default: the paper network's 332,295 parameters):
+
+- step_ms: the median time of one reduce-scatter + allgather when every rank starts it at
+  once (after a barrier), on rank 0: the latency polling adds to the collective;
+- wait_cpu: while rank 0 arrives ``--late-ms`` late every round (a straggler), the CPU time
+  the other ranks spend per second of waiting (1.0 = a whole core).
+
+It prints a Markdown table (the figures in docs/benchmarks.md) and one JSON object per point,
+with the machine's 1-minute load average when the point started (on a shared machine a
+rank that spins gets only its share of a core: read the CPU figures beside the load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from dba3c.distributed.transport import (
+    TIMER_SLACK_NS,
+    MpiRequest,
+    MpiTransport,
+    WaitSleeps,
+    collective_wait,
+    precise_sleeps,
+    wait_until,
+)
+from dba3c.launchers.local import find_mpiexec
+from dba3c.learning.params import ShardPlan
+
+PAPER_PARAMS = 332_295  # the paper's network at FC 128 (RGB input padded to 16 channels)
+STRATEGIES = ("poll-500us", "poll-50us", "poll-20us", "poll-10us", "quick-50us", "block")
+
+
+def wait_policy(strategy: str) -> WaitSleeps | None:
+    """:func:`~dba3c.distributed.transport.wait_until`'s sleeps for a strategy: ``poll-<N>us``
+    doubles
+    them up to N us; ``quick-<N>us`` is a collective client's wait at a cap of N us
+    (:func:`~dba3c.distributed.transport.collective_wait`: quick polls first); None for
+    ``block``."""
+    if strategy == "block":
+        return None
+    for prefix in ("poll-", "quick-"):
+        if strategy.startswith(prefix) and strategy.endswith("us"):
+            cap_s = float(strategy[len(prefix):-2]) / 1e6
+            return collective_wait(cap_s) if prefix == "quick-" else WaitSleeps(max_sleep_s=cap_s)
+    raise ValueError(f"strategy {strategy!r}: expected poll-<N>us, quick-<N>us or block")
+
+
+def measure(strategy: str, num_params: int, rounds: int, late_s: float,
+            slack_ns: int = TIMER_SLACK_NS) -> dict | None:
+    """This rank's part of one point; rank 0 returns the point's figures (others None)."""
+    t = MpiTransport("mpi")  # MPICH's own algorithms, as when these figures were first taken
+    precise_sleeps(slack_ns)
+    group = t.split(True)
+    assert group is not None, "every rank is a member"
+    counts = ShardPlan(num_params, group.size).sizes
+    grad = np.ones(num_params, np.float32)
+    part = np.zeros(counts[group.rank], np.float32)
+    theta = np.zeros(num_params, np.float32)
+    policy = wait_policy(strategy)
+
+    def wait(request: MpiRequest) -> None:
+        if policy is not None:
+            wait_until(request.test, **policy)
+        else:
+            request.wait()
+
+    def step() -> None:
+        wait(group.ireduce_scatter(grad, part, counts))
+        wait(group.iallgather(part, theta, counts))
+
+    for _ in range(3):  # warm-up: connections, buffers
+        step()
+    times = []
+    for _ in range(rounds):
+        t.barrier()
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    t.barrier()
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    for _ in range(rounds):
+        if group.rank == 0:
+            time.sleep(late_s)
+        step()
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    mine = np.array([statistics.median(times), cpu / wall], np.float64)
+    every = np.zeros(2 * group.size, np.float64)
+    wait_until(group.iallgather(mine, every, [2] * group.size).test)
+    t.barrier()
+    if group.rank != 0:
+        return None
+    waiting = every.reshape(group.size, 2)[1:, 1]
+    return {"ranks": group.size, "strategy": strategy, "params": num_params,
+            "step_ms": round(1000 * float(every[0]), 3),
+            "wait_cpu": round(float(np.mean(waiting)), 3), "late_ms": 1000 * late_s,
+            "timer_slack_ns": slack_ns}
+
+
+def run_point(ranks: int, strategy: str, num_params: int, rounds: int, late_ms: float,
+              slack_ns: int = TIMER_SLACK_NS) -> dict:
+    """One point: ``mpiexec -n RANKS`` of this module (with ``DBA3C_MPIEXEC_ARGS`` as
+    ``dba3c launch`` takes them, e.g. the emulated cluster's hosts); the figures rank 0
+    printed."""
+    extra = shlex.split(os.environ.get("DBA3C_MPIEXEC_ARGS", ""))
+    cmd = [find_mpiexec(), *extra, "-n", str(ranks), sys.executable, "-m",
+           "dba3c.benchmarks.waiting", "--rank-of-point", strategy, "--params",
+           str(num_params), "--rounds", str(rounds), "--late-ms", str(late_ms),
+           "--timer-slack-ns", str(slack_ns)]
+    env = dict(os.environ, MPIR_CVAR_CH4_CMA_ENABLE="1")  # as `dba3c launch` sets it
+    load = os.getloadavg()[0]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True,
+                         timeout=600).stdout
+    return {**json.loads(out.strip().splitlines()[-1]), "load": round(load, 1)}
+
+
+def waiting_table(points: list[dict]) -> str:
+    """The Markdown table of the points: per W, the strategies side by side."""
+    strategies = list(dict.fromkeys(p["strategy"] for p in points))
+    lines = ["| ranks | " + " | ".join(f"step ms, {s}" for s in strategies) + " | "
+             + " | ".join(f"waiting CPU, {s}" for s in strategies) + " | load |",
+             "|---|" + "---|" * (2 * len(strategies) + 1)]
+    for w in sorted({p["ranks"] for p in points}):
+        by = {p["strategy"]: p for p in points if p["ranks"] == w}
+        lines.append(f"| {w} | " + " | ".join(f"{by[s]['step_ms']:.2f}" for s in strategies)
+                     + " | " + " | ".join(f"{by[s]['wait_cpu']:.2f}" for s in strategies)
+                     + " | " + " / ".join(f"{by[s]['load']:g}" for s in strategies) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure every point of ``--ranks`` x ``--strategies``; print the table and the
+    points."""
+    p = argparse.ArgumentParser(prog="python -m dba3c.benchmarks.waiting",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--ranks", default="2,4,8", help="comma-separated numbers of ranks")
+    p.add_argument("--strategies", default=",".join(STRATEGIES),
+                   help="comma-separated poll-<N>us (sleeps of at most N us) or block")
+    p.add_argument("--params", type=int, default=PAPER_PARAMS, help="float32 per vector")
+    p.add_argument("--rounds", type=int, default=50, help="collectives per measurement")
+    p.add_argument("--late-ms", type=float, default=20.0, help="rank 0's delay per round")
+    p.add_argument("--timer-slack-ns", type=int, default=TIMER_SLACK_NS,
+                   help="the ranks' timer slack (Linux's default: 50000)")
+    p.add_argument("--rank-of-point", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.rank_of_point:  # one rank under mpiexec
+        point = measure(args.rank_of_point, args.params, args.rounds, args.late_ms / 1000,
+                        args.timer_slack_ns)
+        if point is not None:
+            print(json.dumps(point), flush=True)
+        return 0
+    strategies = args.strategies.split(",")
+    for strategy in strategies:
+        try:
+            wait_policy(strategy)
+        except ValueError as e:
+            p.error(str(e))
+    points = []
+    for ranks in (int(x) for x in args.ranks.split(",")):
+        for strategy in strategies:
+            points.append(run_point(ranks, strategy, args.params, args.rounds, args.late_ms,
+                                    args.timer_slack_ns))
+            print(json.dumps(points[-1]), file=sys.stderr, flush=True)
+    print(waiting_table(points))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

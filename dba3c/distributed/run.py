@@ -1,0 +1,187 @@
+"""One rank of a distributed run: play the role :mod:`dba3c.distributed.roles` gives it."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from dba3c.config import Config, is_atari, validate
+from dba3c.core import Params
+from dba3c.distributed.collective.ranks import run_collective_rank
+from dba3c.distributed.evaluator import run_evaluator
+from dba3c.distributed.mailbox import Sender
+from dba3c.distributed.ps.chief_link import ChiefLink
+from dba3c.distributed.ps.client import RemoteParameterClient
+from dba3c.distributed.ps.server import run_ps
+from dba3c.distributed.roles import Roles, make_roles, staged_steps
+from dba3c.distributed.transport import Transport, wait_until
+from dba3c.distributed.wire import ReportMsg
+from dba3c.errors import TrainingError, UserError
+from dba3c.learning.models import NetSpec
+from dba3c.training.metrics import next_steps
+from dba3c.training.report import WorkerReport
+from dba3c.training.worker import Worker
+
+if TYPE_CHECKING:
+    from dba3c.training.chief import Chief
+
+
+def make_worker(cfg: Config, rank: int, spec: NetSpec, roles: Roles) -> Worker:
+    """This rank's trainer loop: simulators and a TensorFlow learner, or with
+    ``synthetic.enabled`` a :class:`~dba3c.distributed.synthetic.SyntheticWorker` (no
+    TensorFlow)."""
+    if cfg.synthetic.enabled:
+        from dba3c.distributed.synthetic import SyntheticWorker
+
+        return SyntheticWorker(cfg, rank, spec, roles.workers)
+    from dba3c.games.envs import make_env_pool
+    from dba3c.learning.learner import Learner
+
+    pool = None if cfg.debug.synthetic_data else make_env_pool(cfg.env, cfg.model)
+    learner = Learner(spec, cfg.train, spec.init_params(0), staged=staged_steps(cfg))
+    return Worker(cfg, rank, learner, pool)
+
+
+def run_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
+               link: ChiefLink | None = None, chief: Chief | None = None) -> None:
+    """Train on this rank; the chief (rank 0) passes its link and Chief to do its duties
+    while it waits for parameters."""
+    worker = make_worker(cfg, t.rank, spec, roles)
+    client = RemoteParameterClient(t, roles, cfg, spec.layout().num_params,
+                                   idle=link.poll if link else None)
+    sender = Sender(t)
+
+    evaluator = None
+    if chief is not None and roles.evaluator is None and cfg.eval.every:
+        from dba3c.games.evaluation import BackgroundEvaluator
+
+        evaluator = BackgroundEvaluator(cfg, spec)  # no evaluator rank: evaluate in here
+        evaluator.start()
+
+    def send_report(params: Params | None, report: WorkerReport, final: bool) -> bool:
+        if chief is None:
+            sender.post(ReportMsg(report, final, t.rank), [0])
+            sender.idle()
+            return False
+        chief.worker_report(t.rank, report)
+        if final:
+            assert link is not None, "the chief trains with its link"
+            link.final_reports.add(t.rank)
+        if evaluator is not None:
+            finished = (evaluator.results() if params is None
+                        else evaluator.after_step(params.version, params.theta))
+            for step, scores in finished:
+                chief.on_eval(step, scores)
+        return False
+
+    try:
+        worker.train(client, lambda params, report: send_report(params, report, False))
+    finally:
+        if evaluator is not None:
+            evaluator.stop()
+    send_report(None, worker.report({}, 0.0), True)
+    client.close()
+    wait_until(sender.idle)
+
+
+def run_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec) -> None:
+    """Rank 0: resume or initialise, hand the parameter servers their shards, train if
+    ``dist.chief_trains``, and keep the run directory until every rank is done."""
+    from dba3c.training.checkpoint import load_start
+    from dba3c.training.chief import Chief
+
+    start = load_start(cfg, spec)
+    chief = Chief(cfg, start.ckpt, spec.layout(), roles.num_workers)
+    chief.install_signal_handlers()
+    link = ChiefLink(t, roles, cfg, chief, spec.layout().num_params)
+    link.send_init(start.step, start.theta, start.adam)
+    try:
+        if 0 in roles.workers:
+            run_worker(t, roles, cfg, spec, link, chief)
+        def finished() -> bool:
+            link.poll()
+            return link.finished
+
+        wait_until(finished)
+    finally:
+        chief.close()
+
+
+def run_rank(t: Transport, cfg: Config, spec: NetSpec) -> None:
+    """Play this rank's role to the end of the run."""
+    roles = make_roles(t.size, cfg)
+    role = roles.role(t.rank)
+    if cfg.dist.aggregation == "collective" and run_collective_rank(
+            t, roles, cfg, spec, lambda: make_worker(cfg, t.rank, spec, roles)):
+        return  # a worker's part (the evaluator rank plays its usual role below)
+    if t.rank == 0:
+        run_chief(t, roles, cfg, spec)
+    elif role == "ps":
+        run_ps(t, roles, cfg, spec.layout().num_params)
+    elif role == "evaluator":
+        run_evaluator(t, roles, cfg, spec)
+    else:
+        run_worker(t, roles, cfg, spec)
+
+
+def rank_spec(t: Transport, cfg: Config) -> NetSpec:
+    """The network of a run on world ``t``, once the config is checked again with the number
+    of workers the world size gives (UserError: the same problem on every rank)."""
+    from dba3c.games.envs import env_spaces  # cached per process: a sequence of runs opens one
+    from dba3c.learning.models import make_net_spec
+
+    roles = make_roles(t.size, cfg)
+    spec = make_net_spec(cfg.model, *env_spaces(cfg))
+    validate(replace(cfg, dist=replace(cfg.dist, workers=roles.num_workers)))
+    return spec
+
+
+def ignore_polite_signals() -> None:
+    """On ranks other than 0: the chief coordinates stopping, the others ignore SIGUSR2,
+    SIGINT and SIGTERM (mpiexec forwards SIGTERM and SIGINT to every rank, Slurm sends
+    SIGTERM to all tasks)."""
+    import signal
+
+    for sig in (signal.SIGUSR2, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def play_rank(t: Transport, cfg: Config, spec: NetSpec) -> None:
+    """:func:`run_rank`; a failure ends the whole world through ``t.abort`` (2 for a
+    UserError, 1 otherwise) after an ``error:`` line naming the rank."""
+    try:
+        run_rank(t, cfg, spec)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        t.abort(2)
+    except TrainingError as e:
+        print(f"error: rank {t.rank}: {e}", file=sys.stderr, flush=True)
+        t.abort(1)
+    except BaseException as e:  # noqa: BLE001 - any failure must end the whole job
+        role = make_roles(t.size, cfg).role(t.rank)
+        print(f"error: rank {t.rank} ({role}) failed: {e!r}\n{traceback.format_exc()}",
+              file=sys.stderr, flush=True)
+        t.abort(1)
+
+
+def train_distributed(cfg: Config) -> int:
+    """``dba3c train`` under mpiexec/srun: any failing rank ends the whole job non-zero."""
+    from dba3c.distributed.transport import MpiTransport
+
+    t = MpiTransport(cfg.dist.collective_algorithm)
+    try:
+        spec = rank_spec(t, cfg)
+    except UserError as e:  # every rank finds the same problem; one reports it
+        if t.rank == 0:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
+    if t.rank != 0:
+        ignore_polite_signals()
+    play_rank(t, cfg, spec)
+    t.barrier()
+    if t.rank == 0:
+        print(f"run finished; outputs in {cfg.run.dir}", file=sys.stderr)
+        print(next_steps(cfg.run.dir, is_atari(cfg.env.id)), file=sys.stderr)
+    return 0

@@ -1,0 +1,321 @@
+"""The TensorFlow side of a worker: batched prediction and flat gradients.
+
+One :class:`Learner` holds the network's variables. The actor thread predicts;
+the trainer thread calls :meth:`gradient` and :meth:`set_params`. Every entry point is a
+``tf.function`` with an input signature, so Python is traced once and each call is one graph
+execution. Gradients leave as one flat float32 vector in the parameter layout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import threading
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import tensorflow as tf
+
+from dba3c.config import TrainConfig
+from dba3c.learning.models import NetSpec, forward, stage_forward, stage_params
+from dba3c.learning.params import layer_buckets, unflatten
+from dba3c.learning.rl import a3c_loss, clip_gradients
+
+
+def set_tensorflow_threads(intra_op: int, inter_op: int) -> None:
+    """Size this process's TensorFlow thread pools (0 keeps TensorFlow's choice).
+
+    They are fixed when TensorFlow first runs an op: a later call asking for the sizes
+    already in place does nothing, one asking for others raises RuntimeError.
+    """
+    threading_cfg = tf.config.threading
+    for wanted, get, set_ in ((intra_op, threading_cfg.get_intra_op_parallelism_threads,
+                               threading_cfg.set_intra_op_parallelism_threads),
+                              (inter_op, threading_cfg.get_inter_op_parallelism_threads,
+                               threading_cfg.set_inter_op_parallelism_threads)):
+        if wanted and get() != wanted:
+            set_(wanted)
+
+
+def onednn_enabled() -> bool:
+    """Whether this process's TensorFlow runs its oneDNN CPU kernels (``dba3c/__init__.py``
+    turns them on unless ``TF_ENABLE_ONEDNN_OPTS`` says otherwise)."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
+class Learner:
+    """Variables, prediction and gradient computation for one network.
+
+    The prediction variables (:attr:`variables`, what :meth:`predict` and :meth:`get_params`
+    read) and the training variables (:attr:`train_variables`, what :meth:`gradient` and
+    :meth:`staged_gradient` read) are the same variables unless the Learner is made with
+    ``staged=True``, for :meth:`staged_gradient`, whose parameters arrive bucket by bucket
+    (:meth:`assign_bucket`) while predictions go on with the last whole version: then they are
+    two copies, and :meth:`set_params` loads both.
+
+    Threading contract: one thread predicts (the actor) while another (the trainer) computes
+    gradients and loads new parameters; each prediction sees exactly one parameter version.
+    Loading a flat vector assigns the variables one by one (one assign op per variable in a
+    ``tf.function``; its ops run concurrently with another thread's graph, not as one atomic
+    step), so a prediction running meanwhile could read some layers old and some new (it did,
+    in up to 8% of predictions, see docs/architecture.md). A lock around each prediction and
+    each assignment of the prediction variables rules that out, and
+    :meth:`predict_with_version` says which version acted. The gradients take no lock: the
+    trainer thread is the only one that writes variables. With ``staged=True`` the training
+    copy belongs to it alone: :meth:`set_params` writes it outside the lock and
+    :meth:`assign_bucket` writes one bucket of it and nothing else, without a lock.
+    """
+
+    def __init__(self, spec: NetSpec, train_cfg: TrainConfig, theta: np.ndarray, *,
+                 staged: bool = False):
+        set_tensorflow_threads(train_cfg.intra_op_threads, train_cfg.inter_op_threads)
+        self.spec = spec
+        self.layout = spec.layout()
+        tensors = unflatten(self.layout, np.asarray(theta, np.float32))
+
+        def make_variables(prefix: str) -> list[tf.Variable]:
+            return [tf.Variable(t, name=f"{prefix}{n.replace('/', '_')}")
+                    for n, t in zip(self.layout.names, tensors)]
+
+        self.variables = make_variables("")
+        # one copy fewer to load each step where nothing arrives bucket by bucket
+        self.train_variables = make_variables("train_") if staged else self.variables
+        self.buckets = layer_buckets(self.layout)
+        self._clip, self._clip_mode = train_cfg.grad_clip, train_cfg.grad_clip_mode
+        obs_sig = tf.TensorSpec([None, *spec.obs_shape],
+                                tf.float32 if spec.kind == "mlp" else tf.uint8)
+        batch_sig = [obs_sig, tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.float32)]
+        loss_fn = functools.partial(a3c_loss, entropy_beta=train_cfg.entropy_beta,
+                                    value_weight=train_cfg.value_weight)
+        clip = functools.partial(clip_gradients, clip=self._clip, mode=self._clip_mode)
+
+        @tf.function(input_signature=[obs_sig])
+        def predict(obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            logits, v = forward(spec, self.variables, obs)
+            return tf.nn.softmax(logits), v
+
+        @tf.function(input_signature=batch_sig)
+        def gradient(obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor) -> tuple:
+            with tf.GradientTape() as tape:
+                loss, parts = loss_fn(*forward(spec, self.train_variables, obs), a, R)
+            return flat_concat(clip(tape.gradient(loss, self.train_variables))), loss, parts
+
+        self._predict, self._gradient = predict, gradient
+        self._assign = assign_function(self.variables)
+        self._copy = (make_training_copy(spec, self.train_variables, loss_fn, clip, batch_sig)
+                      if staged else None)
+        self._params_lock = threading.Lock()  # a prediction sees one version of the variables
+        self._version = 0
+
+    def predict(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """obs [B, ...] -> (pi [B, A] action probabilities, v [B] values), NumPy."""
+        pi, v, _ = self.predict_with_version(obs)
+        return pi, v
+
+    def predict_with_version(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """:meth:`predict`, and the version (as given to :meth:`set_params`) of the
+        parameters that made the prediction."""
+        with self._params_lock:
+            pi, v = self._predict(obs)
+            version = self._version
+        return pi.numpy(), v.numpy(), version
+
+    def gradient(self, obs: np.ndarray, a: np.ndarray, R: np.ndarray) -> tuple[np.ndarray, dict]:
+        """The clipped gradient of the A3C loss on one mini-batch, flat float32 [N],
+        and the loss terms as floats (``loss/total``, ``loss/policy``, ...)."""
+        flat, loss, parts = self._gradient(obs, a.astype(np.int32), R.astype(np.float32))
+        return flat.numpy(), loss_stats(loss, parts)
+
+    def staged_gradient(self, obs: np.ndarray, a: np.ndarray, R: np.ndarray,
+                        before_forward: Callable[[int], None],
+                        after_backward: Callable[[int, np.ndarray], None]) -> dict[str, float]:
+        """:meth:`gradient` stage by stage (one stage per bucket of :attr:`buckets`, see
+        :func:`dba3c.learning.models.stage_forward`), handing out each bucket's gradient as soon as
+        the backward pass has it; returns the loss terms.
+
+        Forward: for b = 0 .. B-1, ``before_forward(b)`` runs, then stage b's forward pass
+        (so a bucket assigned there by :meth:`assign_bucket` is used). Backward: for
+        b = B-1 .. 0, stage b's backward pass gives dL/dtheta_b (clipped, flat float32 in
+        layout order, ``theta[buckets[b]:buckets[b + 1]]``) and dL/dx_b for the stage
+        before; ``after_backward(b, g_b)`` runs before stage b - 1's backward pass.
+        Concatenated, the g_b are :meth:`gradient`'s vector. One graph execution runs it
+        all (the forward pass once), the callbacks as ``tf.numpy_function`` ops that control
+        dependencies put in that order; an exception in a callback ends the call with that
+        exception. The callbacks run on a TensorFlow thread of that execution: they may
+        call :meth:`assign_bucket` (eager assigns), but not a ``tf.function``, which with
+        ``train.inter_op_threads=1`` would wait forever for the one inter-op thread.
+
+        Raises ValueError when the Learner was not made with ``staged=True``, or when
+        ``train.grad_clip_mode`` is ``global_norm`` (with clipping on): that clip needs the
+        whole gradient before any bucket can leave.
+        """
+        copy = self._training_copy("staged_gradient")
+        if self._clip > 0 and self._clip_mode == "global_norm":
+            raise ValueError("a staged gradient clips bucket by bucket: train.grad_clip_mode "
+                             "global_norm needs the whole gradient (use gradient())")
+        with copy.hooks.calling(before_forward, after_backward):
+            loss, parts = copy.gradient(obs, a.astype(np.int32), R.astype(np.float32))
+        return loss_stats(loss, parts)
+
+    def set_params(self, theta: np.ndarray, version: int = 0) -> None:
+        """Load a flat parameter vector, parameter version ``version``, into the prediction
+        variables (after any prediction in progress, which finishes on the previous
+        parameters) and, if they are another copy, the training variables."""
+        if self._copy is not None:
+            self._copy.assign(theta)
+        with self._params_lock:
+            self._assign(theta)
+            self._version = version
+
+    def assign_bucket(self, bucket: int, theta_bucket: np.ndarray) -> None:
+        """Load bucket ``bucket`` of the parameters, flat float32
+        ``theta[buckets[bucket]:buckets[bucket + 1]]``, into the training variables only
+        (no lock: the trainer thread owns them; predictions keep their version). Needs
+        ``staged=True``."""
+        stage_vars = self._training_copy("assign_bucket").stages[bucket]
+        sizes = [int(np.prod(v.shape)) for v in stage_vars]
+        for var, t in zip(stage_vars, np.split(theta_bucket, np.cumsum(sizes)[:-1])):
+            var.assign(t.reshape(var.shape))
+
+    def _training_copy(self, method: str) -> TrainingCopy:
+        if self._copy is None:
+            raise ValueError(f"Learner.{method} needs a Learner made with staged=True (its "
+                             "own copy of the training variables)")
+        return self._copy
+
+    def get_params(self) -> np.ndarray:
+        """The prediction variables as one flat float32 vector."""
+        return np.concatenate([v.numpy().ravel() for v in self.variables])
+
+
+def flat_concat(tensors: list[tf.Tensor]) -> tf.Tensor:
+    """Tensors -> one flat vector, in order."""
+    return tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
+
+
+def loss_stats(loss: tf.Tensor, parts: dict[str, tf.Tensor]) -> dict[str, float]:
+    """``loss/total`` and ``loss/<term>`` for every term of :func:`dba3c.learning.rl.a3c_loss`."""
+    stats = {"loss/total": float(loss)}
+    stats.update({f"loss/{k}": float(v) for k, v in parts.items()})
+    return stats
+
+
+def assign_function(variables: list[tf.Variable]) -> Callable[[np.ndarray], None]:
+    """A ``tf.function`` loading one flat float32 vector (the variables' sizes, in order)
+    into ``variables``, one assign op per variable."""
+    sizes = [int(np.prod(v.shape)) for v in variables]
+
+    @tf.function(input_signature=[tf.TensorSpec([sum(sizes)], tf.float32)])
+    def assign(flat: tf.Tensor) -> None:
+        for var, t in zip(variables, tf.split(flat, sizes)):
+            var.assign(tf.reshape(t, var.shape))
+
+    return assign
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingCopy:
+    """What only a ``staged=True`` Learner has: the loader of its training variables, those
+    variables by stage (one list per bucket) and the staged gradient over them with the
+    callbacks of the call in progress."""
+
+    assign: Callable[[np.ndarray], None]
+    stages: list[list[tf.Variable]]
+    gradient: Callable[..., tuple]
+    hooks: StageHooks
+
+
+def make_training_copy(spec: NetSpec, train_variables: list[tf.Variable],
+                       loss_fn: Callable[..., tuple], clip: Callable[[list], list],
+                       batch_sig: list[tf.TensorSpec]) -> TrainingCopy:
+    """The staged machinery over ``train_variables`` (see :meth:`Learner.staged_gradient`);
+    ``loss_fn(logits, v, a, R)``, ``clip(grads)``, ``batch_sig`` the (obs, a, R) signature."""
+    stages, hooks = stage_params(spec, train_variables), StageHooks()
+
+    @tf.function(input_signature=batch_sig)
+    def gradient(obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor) -> tuple:
+        return staged_graph(spec, stages, hooks, lambda out: loss_fn(out[0], out[1], a, R),
+                            lambda grads: flat_concat(clip(grads)), obs)
+
+    return TrainingCopy(assign_function(train_variables), stages, gradient, hooks)
+
+
+class StageHooks:
+    """The callbacks of the staged gradient in progress, for the ``tf.numpy_function`` ops of
+    :func:`staged_graph` (traced once, called with new callbacks each time)."""
+
+    def __init__(self) -> None:
+        self.before_forward: Callable[[int], None] = lambda b: None
+        self.after_backward: Callable[[int, np.ndarray], None] = lambda b, g_b: None
+        self.error: BaseException | None = None
+
+    @contextlib.contextmanager
+    def calling(self, before_forward: Callable[[int], None],
+                after_backward: Callable[[int, np.ndarray], None]) -> Iterator[None]:
+        """Use these callbacks for one call; a callback's exception, which TensorFlow
+        reports as an op error, leaves the call as itself."""
+        self.before_forward, self.after_backward, self.error = (before_forward,
+                                                                after_backward, None)
+        try:
+            yield
+        except tf.errors.OpError:
+            if self.error is None:
+                raise
+            raise self.error from None
+
+    def op(self, b: int, g_b: tf.Tensor | None = None) -> tf.Tensor:
+        """A ``tf.numpy_function`` op calling ``before_forward(b)``, or ``after_backward(b,
+        g_b)`` with a copy of g_b when given (NumPy's view of the tensor lives only during
+        the op; the callback may keep its copy); its output (a bool) is for control deps.
+        (``tf.py_function`` costs about twice as much per op: 130 against 65 us.)"""
+
+        def call(*g: np.ndarray) -> bool:
+            try:
+                if g:
+                    self.after_backward(b, g[0].copy())
+                else:
+                    self.before_forward(b)
+            except BaseException as e:
+                self.error = e
+                raise
+            return True
+
+        return tf.numpy_function(call, [] if g_b is None else [g_b], tf.bool)
+
+
+def staged_graph(spec: NetSpec, params: list[list[tf.Variable]], hooks: StageHooks,
+                 loss_fn: Callable, finish: Callable, obs: tf.Tensor) -> tuple:
+    """The staged gradient inside one ``tf.function``: (L, loss terms).
+
+    Forward, b = 0 .. B-1: ``hooks.op(b)`` (before_forward) after stage b - 1's output,
+    then stage b (:func:`dba3c.learning.models.stage_forward`) on its variables read after the hook
+    and its input passed after it through ``tf.stop_gradient`` (so a stage's gradient holds
+    only that stage's ops). Backward, b = B-1 .. 0, on the one tape: stage b's
+    gradients of its variables and of its input given dL/d(its output); ``finish`` makes
+    the bucket's flat clipped g_b, ``hooks.op(b, g_b)`` (after_backward) runs, and only
+    then does dL/d(input) go on to stage b - 1.
+    """
+    x, sources, inputs, outputs = obs, [], [], []
+    with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
+        for b, stage_vars in enumerate(params):
+            with tf.control_dependencies([x]):
+                before = hooks.op(b)
+            with tf.control_dependencies([before]):
+                inputs.append(tf.stop_gradient(x))  # the tape ends each stage here
+                values = [v.read_value() for v in stage_vars]
+            sources.append(values + inputs[-1:] if b > 0 else values)  # obs: no gradient
+            tape.watch(sources[-1])
+            x = stage_forward(spec, b, values, inputs[-1])
+            outputs.append(x)
+        loss, parts = loss_fn(x)
+    upstream, target = None, loss
+    for b in reversed(range(len(params))):
+        grads = tape.gradient(target, sources[b], output_gradients=upstream)
+        with tf.control_dependencies([hooks.op(b, finish(grads[:len(params[b])]))]):
+            if b > 0:  # dL/d(input of stage b), on to stage b - 1
+                upstream, target = tf.identity(grads[-1]), outputs[b - 1]
+            loss = tf.identity(loss)
+    return loss, parts

@@ -1,0 +1,87 @@
+"""Turning the simulator stream into training data points.
+
+Per env, transitions (s_t, a_t, r_t) accumulate into a rollout of at most ``t_max`` steps.
+A rollout closes when it is full (bootstrap with V(s_{t+n}) predicted for the next state),
+at a truncation (bootstrap with V of the final observation) or at a terminal (bootstrap 0).
+The step after a terminal or truncated one is an autoreset step: its reward and the action
+sent for the final observation are meaningless, so it never enters training data. (With
+``env.episodic_life`` the step after a lost life is a real one; it is left out the same way,
+one transition per life.)
+Each data point is (s_t, a_t, R_t, version), version being the parameter version that acted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dba3c.games.envs import Step
+from dba3c.learning.rl import clip_rewards, n_step_returns
+
+
+@dataclass
+class Batch:
+    """A training mini-batch. obs [B, ...]; a [B] int32; R [B] float32; version [B] int64."""
+
+    obs: np.ndarray
+    a: np.ndarray
+    R: np.ndarray
+    version: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+
+class RolloutAssembler:
+    """Collects per-env rollouts and emits mini-batches of ``batch_size`` data points."""
+
+    def __init__(self, num_envs: int, *, t_max: int, gamma: float, reward_clip: float,
+                 batch_size: int):
+        self.t_max, self.gamma, self.reward_clip = t_max, gamma, reward_clip
+        self.batch_size = batch_size
+        self._rollouts: list[list[tuple]] = [[] for _ in range(num_envs)]
+        self._pending: list[tuple | None] = [None] * num_envs  # (s_t, a_t, version)
+        self._reset_next = np.zeros(num_envs, bool)
+        self._ready: list[tuple] = []  # (s, a, R, version) data points not yet batched
+
+    def observe(self, step: Step, v_tp1: np.ndarray) -> None:
+        """Record the outcome of the last actions: rewards, episode ends, and V(s_{t+1})
+        predicted for the new observations ``step.obs``."""
+        r_t = clip_rewards(step.r_t, self.reward_clip)
+        for k, env in enumerate(step.env_ids):
+            pending = self._pending[env]
+            if self._reset_next[env] or pending is None:
+                self._reset_next[env] = False  # autoreset step: nothing to learn from
+                continue
+            s_t, a_t, version = pending
+            terminal = bool(step.terminated[k])
+            self._rollouts[env].append((s_t, a_t, float(r_t[k]), terminal, version))
+            end = terminal or bool(step.truncated[k])
+            if end or len(self._rollouts[env]) == self.t_max:
+                self._close(env, 0.0 if terminal else float(v_tp1[k]))
+            self._reset_next[env] = end
+
+    def act(self, step: Step, a_t: np.ndarray, version: int) -> None:
+        """Record the actions just sent for the observations of ``step``."""
+        for k, env in enumerate(step.env_ids):
+            self._pending[env] = (step.obs[k], int(a_t[k]), version)
+
+    def _close(self, env: int, v_T: float) -> None:
+        rollout = self._rollouts[env]
+        r = np.array([x[2] for x in rollout])
+        discount = np.array([0.0 if x[3] else self.gamma for x in rollout])
+        R = n_step_returns(r, discount, v_T)
+        self._ready += [(x[0], x[1], R_t, x[4]) for x, R_t in zip(rollout, R)]
+        self._rollouts[env] = []
+
+    def pop_batches(self) -> list[Batch]:
+        """Every complete mini-batch assembled so far (oldest data first)."""
+        batches = []
+        while len(self._ready) >= self.batch_size:
+            points, self._ready = self._ready[:self.batch_size], self._ready[self.batch_size:]
+            batches.append(Batch(np.stack([p[0] for p in points]),
+                                 np.array([p[1] for p in points], np.int32),
+                                 np.array([p[2] for p in points], np.float32),
+                                 np.array([p[3] for p in points], np.int64)))
+        return batches

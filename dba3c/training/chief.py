@@ -1,0 +1,200 @@
+"""The chief's duties, whatever the transport: the run directory, metrics, checkpoints,
+evaluation results and the decision to stop.
+
+The chief learns of each new global step through :meth:`Chief.on_step`, of workers' counters
+through :meth:`worker_report`, of parameter/Adam state through :meth:`save_checkpoint`, and of
+evaluations through :meth:`on_eval`. It never talks to other ranks itself.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from types import FrameType
+
+import numpy as np
+
+from dba3c.config import INF, Config
+from dba3c.games.scores import score_stats
+from dba3c.learning.optim import learning_rate
+from dba3c.learning.params import ParamLayout
+from dba3c.training import checkpoint
+from dba3c.training.checkpoint import Shards
+from dba3c.training.metrics import Progress, ScalarLog, TensorBoard, Wandb
+from dba3c.training.report import AVERAGED, FRACTIONS, WorkerReport
+from dba3c.training.rundir import JsonlWriter, RunDir
+
+
+class Chief:
+    """Owns the run directory of one training run.
+
+    Args:
+      cfg: the resolved config. start: the checkpoint resumed from (None for a fresh run).
+      layout: the parameter layout (stored in checkpoints). num_workers: gradient ranks.
+    """
+
+    def __init__(self, cfg: Config, start: checkpoint.Checkpoint | None, layout: ParamLayout,
+                 num_workers: int):
+        self.cfg, self.layout, self.num_workers = cfg, layout, num_workers
+        self.run_dir = RunDir(cfg.run.dir)
+        self.run_dir.create(cfg)
+        self.start_step = start.step if start else 0
+        self.time_offset = start.meta.get("time_s", 0.0) if start else 0.0
+        self.summary = start.meta.get("summary", {}) if start else {}
+        self.run_dir.truncate_logs(self.start_step)
+        self.metrics = JsonlWriter(self.run_dir.metrics_path)
+        self.evals = JsonlWriter(self.run_dir.evals_path)
+        if not cfg.synthetic.enabled:  # a synthetic chief imports no TensorFlow
+            from dba3c.learning.learner import set_tensorflow_threads
+
+            # the TensorBoard writer starts TensorFlow, which fixes its thread pools then:
+            # size them first, for the learner that this process may make later
+            set_tensorflow_threads(cfg.train.intra_op_threads, cfg.train.inter_op_threads)
+        self.scalar_logs: list[ScalarLog] = [TensorBoard(self.run_dir.tensorboard_dir,
+                                                         use_tensorflow=not cfg.synthetic.enabled)]
+        if cfg.run.wandb:
+            self.scalar_logs.append(Wandb(cfg, self.run_dir.path))
+        self.progress = Progress(cfg.run.progress, cfg.train.max_steps, self.start_step)
+        self.t0 = time.monotonic()
+        self.step = self.logged_step = self.start_step
+        self.reports: dict[int, WorkerReport] = {}
+        self.extra: dict = {}  # e.g. dist/* counters from parameter servers
+        # (t, data points, frames, times)
+        self._window: tuple[float, float, float, dict] = (time.monotonic(), 0.0, 0.0, {})
+        self.stop_reason: str | None = None
+        self._stop_at_max_steps(self.start_step)  # a finished run started again: nothing to do
+        if self.stop_reason:
+            print(f"{self.run_dir.path} is at step {self.start_step}: train.max_steps="
+                  f"{cfg.train.max_steps} reached, nothing to train (raise train.max_steps or "
+                  f"use a new run.dir)", file=sys.stderr, flush=True)
+        self.summary.setdefault("target_score", cfg.eval.target_score)
+        self.summary.setdefault("time_to_target_s", None)
+        self.summary["eval_protocol"] = cfg.eval.protocol
+
+    # ---- inputs -------------------------------------------------------------------------
+    def elapsed(self) -> float:
+        """Wall seconds of training, including earlier segments of a resumed run."""
+        return self.time_offset + time.monotonic() - self.t0
+
+    def worker_report(self, rank: int, report: WorkerReport) -> None:
+        """The newest cumulative counters and losses of one worker."""
+        self.reports[rank] = report
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM, SIGINT and SIGUSR2 ask for a checkpoint and a clean stop."""
+        def handler(signum: int, _frame: FrameType | None) -> None:
+            self.request_stop(f"signal {signal.Signals(signum).name}")
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2):
+            signal.signal(sig, handler)
+
+    def request_stop(self, reason: str) -> None:
+        """Stop at the next step boundary (first reason wins)."""
+        self.stop_reason = self.stop_reason or reason
+
+    def on_step(self, step: int) -> None:
+        """A new global step exists: log it, check the time limit."""
+        self.step = step
+        max_s = self.cfg.train.max_seconds
+        if max_s and self.elapsed() >= max_s:
+            self.request_stop(f"train.max_seconds={max_s:g} reached")
+        self._stop_at_max_steps(step)
+        if step % self.cfg.run.log_every == 0 or self.stop_reason:
+            self._log(step)
+
+    def _stop_at_max_steps(self, step: int) -> None:
+        if self.cfg.train.reached_max_steps(step):
+            self.request_stop(f"train.max_steps={self.cfg.train.max_steps} reached")
+
+    def checkpoint_due(self, step: int) -> bool:
+        """Whether the state at ``step`` should be written."""
+        return checkpoint.checkpoint_due(self.cfg.run.checkpoint_every, step, self.start_step)
+
+    def save_checkpoint(self, step: int, theta: Shards, adam_m: Shards, adam_v: Shards,
+                        adam_count: int) -> Path:
+        """Write the full state at ``step`` atomically; each vector as its shards in order
+        (written without joining them)."""
+        meta = {"config": self.cfg.to_dict(), "layout": self.layout.to_dict(),
+                "time_s": self.elapsed(), "seed": self.cfg.run.seed,
+                "summary": self.summary, "num_workers": self.num_workers}
+        return checkpoint.save_state(self.run_dir.checkpoints_dir, step, (theta, adam_m, adam_v),
+                                     adam_count, meta, self.cfg.run.keep_checkpoints)
+
+    def on_eval(self, step: int, scores: list[float]) -> None:
+        """An evaluation of the parameters at ``step`` finished with these game scores."""
+        record = {"step": step, "time_s": self.elapsed(), **score_stats(self.cfg.env.id, scores)}
+        self.evals.write(record)
+        eval_scalars = {f"eval/{k}_score": record[k] for k in ("mean", "max")}
+        if "hns" in record:
+            eval_scalars["eval/hns"] = record["hns"]
+            self.summary["hns"] = record["hns"]  # of the latest evaluation
+            self.summary["best_hns"] = max(record["hns"], self.summary.get("best_hns", -INF))
+        if record["mean"] >= self.cfg.eval.target_score and \
+                self.summary["time_to_target_s"] is None:
+            self.summary.update(time_to_target_s=record["time_s"], target_step=step)
+            if self.cfg.eval.stop_at_target:
+                self.request_stop(f"eval.target_score={self.cfg.eval.target_score:g} reached")
+        self._write_scalars(step, eval_scalars)
+        self._write_summary()
+
+    # ---- outputs ------------------------------------------------------------------------
+    def _log(self, step: int) -> None:
+        self.logged_step = step
+        now = time.monotonic()
+        reps = list(self.reports.values())
+        points = float(sum(r.data_points for r in reps))
+        frames = float(sum(r.env_frames for r in reps))
+        seconds = [asdict(r.seconds) for r in reps]
+        times = {k: sum(s[k] for s in seconds) for k in FRACTIONS}
+        t_prev, points_prev, frames_prev, times_prev = self._window
+        dt = max(now - t_prev, 1e-9)
+        self._window = (now, points, frames, times)
+        scores = [r.online_score for r in reps if r.online_score is not None]
+        record = {
+            "step": step, "time_s": round(self.elapsed(), 3),
+            "perf/data_points_per_s": (points - points_prev) / dt,
+            "perf/env_frames_per_s": (frames - frames_prev) / dt,
+            "train/online_score": float(np.mean(scores)) if scores else None,
+            "perf/effective_batch": self.cfg.train.batch_size * self.extra.get(
+                "dist/replicas", 1),
+            # the parameter servers' rate for the update from this step (train.lr_schedule)
+            "train/lr": learning_rate(self.cfg.train.lr, self.cfg.train.lr_schedule, step,
+                                      self.cfg.train.max_steps),
+        }
+        averaged = [r.averaged_metrics() for r in reps]
+        for key in AVERAGED:
+            # a worker's final report (losses None) can arrive while the chief still logs;
+            # synthetic workers report none
+            values = [v for a in averaged if (v := a[key]) is not None]
+            record[key] = float(np.mean(values)) if values else None
+        for k in FRACTIONS:  # fraction of wall time per worker, averaged over workers
+            record[f"time/{k}"] = (times[k] - times_prev.get(k, 0.0)) / dt / max(len(reps), 1)
+        record.update(self.extra)
+        self.metrics.write(record)
+        self._write_scalars(step, record)
+        self.progress.update(step, record)
+
+    def _write_scalars(self, step: int, record: dict) -> None:
+        for log in self.scalar_logs:
+            log.write(step, record)
+
+    def _write_summary(self) -> None:
+        self.run_dir.write_summary({**self.summary, "final_step": self.step,
+                                    "time_s": self.elapsed()})
+
+    def close(self) -> None:
+        """Log the last step if it was not (whatever ended the run: a signal, the target
+        score, an error) and flush everything; the summary records where the run stopped and
+        why."""
+        if self.step > self.logged_step:
+            self._log(self.step)
+        self.summary.update(stop_reason=self.stop_reason, final_step=self.step)
+        self._write_summary()
+        self.progress.close()
+        self.metrics.close()
+        self.evals.close()
+        for log in self.scalar_logs:
+            log.close()

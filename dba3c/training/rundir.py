@@ -1,0 +1,324 @@
+"""The run directory and the sweep directory: every file name and format, their readers and
+writers, and the resume rule, in one place.
+
+```
+RUN_DIR/
+  config.yaml      the resolved config (YAML, rewritten at every start)
+  metrics.jsonl    one JSON object per logged step
+  eval.jsonl       one JSON object per finished evaluation (dba3c.games.scores.score_stats)
+  summary.json     one JSON object: time_to_target_s, final_step, stop_reason, ...
+  tb/              TensorBoard event files (written by dba3c/training/metrics.py)
+  checkpoints/     step-NNNNNNNNNN.ckpt (their format: dba3c/training/checkpoint.py)
+  sweep.log        the run's output, when a local sweep ran it
+SWEEP_DIR/
+  sweep.csv        one row per grid point: run_dir, the grid keys, RESULT_COLUMNS
+  NNN-KEY_VALUE-.../  one run directory per grid point
+  submitit/JOB_ID/ submitit's logs, when Slurm ran the sweep
+```
+
+Whole files are written atomically (:func:`atomic_file`, :func:`write_atomic`). JSON-lines
+files grow a line at a time, so a crash leaves at most a torn last line: :func:`read_jsonl`
+skips it and resuming (:meth:`RunDir.truncate_logs`) removes it with every line past the
+resumed step.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dba3c.config import Config, dump_yaml, load_yaml
+
+CONFIG = "config.yaml"
+METRICS = "metrics.jsonl"
+EVALS = "eval.jsonl"
+SUMMARY = "summary.json"
+TENSORBOARD = "tb"
+CHECKPOINTS = "checkpoints"
+SWEEP_LOG = "sweep.log"
+SWEEP_CSV = "sweep.csv"
+SUBMITIT = "submitit"
+# sweep.csv columns after run_dir and the grid keys
+RESULT_COLUMNS = ("data_points_per_s", "time_to_target_s", "final_eval_mean", "status")
+
+
+class RunDir:
+    """The files of one run directory; nothing is read or created until asked.
+
+    Attributes: ``path`` the directory; ``config_path``, ``metrics_path``, ``evals_path``,
+    ``summary_path``, ``tensorboard_dir``, ``checkpoints_dir`` and ``sweep_log_path`` (the
+    run's output when a local sweep ran it) the paths in it.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.config_path = self.path / CONFIG
+        self.metrics_path = self.path / METRICS
+        self.evals_path = self.path / EVALS
+        self.summary_path = self.path / SUMMARY
+        self.tensorboard_dir = self.path / TENSORBOARD
+        self.checkpoints_dir = self.path / CHECKPOINTS
+        self.sweep_log_path = self.path / SWEEP_LOG
+
+    def is_run(self) -> bool:
+        """Whether the directory holds a run (it has ``metrics.jsonl``)."""
+        return self.metrics_path.is_file()
+
+    def create(self, cfg: Config) -> None:
+        """Make the directory (and its parents) and write ``config.yaml`` for ``cfg``."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.config_path, dump_yaml(cfg).encode())
+
+    def truncate_logs(self, max_step: int) -> None:
+        """The resume rule: drop the metrics and evaluation lines past ``max_step`` (work
+        after the checkpoint being resumed, about to be redone) and torn lines."""
+        for path in (self.metrics_path, self.evals_path):
+            truncate_jsonl(path, max_step)
+
+    def read_config(self) -> dict:
+        """The nested config in ``config.yaml``; empty when absent. ValueError when it is
+        not a YAML mapping."""
+        if not self.config_path.is_file():
+            return {}
+        try:
+            value = load_yaml(self.config_path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as e:
+            raise ValueError(f"{self.config_path}: cannot be parsed: "
+                             f"{' '.join(str(e).split())}") from None
+        return _mapping(self.config_path, value)
+
+    def read_metrics(self) -> list[dict]:
+        """The records of ``metrics.jsonl`` (see :func:`read_jsonl`); none when absent."""
+        return read_jsonl(self.metrics_path) if self.metrics_path.is_file() else []
+
+    def read_evals(self) -> list[dict]:
+        """The records of ``eval.jsonl`` (see :func:`read_jsonl`); none when absent."""
+        return read_jsonl(self.evals_path) if self.evals_path.is_file() else []
+
+    def read_summary(self) -> dict:
+        """The object in ``summary.json``; empty when absent. ValueError when it is not a
+        JSON object."""
+        if not self.summary_path.is_file():
+            return {}
+        try:
+            value = json.loads(self.summary_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{self.summary_path}: cannot be parsed: {e}") from None
+        return _mapping(self.summary_path, value)
+
+    def write_summary(self, summary: dict) -> None:
+        """Replace ``summary.json`` atomically; values JSON has no type for (e.g. NumPy
+        scalars) are written as text, non-finite ones as null."""
+        text = json.dumps(summary, indent=1, default=_json_default)
+        write_atomic(self.summary_path, text.encode())
+
+    def last_step(self, tail_bytes: int = 8192) -> int:
+        """The step of the newest readable line of ``metrics.jsonl``, reading only its last
+        ``tail_bytes`` (cheap on a live run); 0 before the first."""
+        if not self.metrics_path.is_file():
+            return 0
+        with open(self.metrics_path, "rb") as f:
+            f.seek(max(0, self.metrics_path.stat().st_size - tail_bytes))
+            lines = f.read().split(b"\n")
+        for line in reversed(lines):
+            record = _parse(line)
+            if record is not None and isinstance(record.get("step"), int):
+                return record["step"]
+        return 0
+
+
+class SweepDir:
+    """The files of one sweep directory: ``path``, ``csv_path`` its ``sweep.csv`` and
+    ``submitit_dir`` the folder of submitit's logs when Slurm runs the sweep."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.csv_path = self.path / SWEEP_CSV
+        self.submitit_dir = self.path / SUBMITIT
+
+    def is_sweep(self) -> bool:
+        """Whether the directory holds a sweep (it has ``sweep.csv``)."""
+        return self.csv_path.is_file()
+
+    def read_rows(self) -> list[dict]:
+        """The rows of ``sweep.csv`` as dicts of strings (``run_dir`` as written: relative to
+        the sweep directory or absolute); none when absent. ValueError if ``run_dir`` or
+        ``status`` is not a column."""
+        if not self.is_sweep():
+            return []
+        with open(self.csv_path, newline="", encoding="utf-8") as file:
+            reader = csv.DictReader(file)
+            missing = [c for c in ("run_dir", "status") if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ValueError(f"{self.csv_path}: missing column(s) {', '.join(missing)}")
+            return list(reader)
+
+    def write_rows(self, keys: list[str], rows: list[dict]) -> None:
+        """Replace ``sweep.csv`` atomically: columns run_dir, ``keys`` (the grid keys), then
+        :data:`RESULT_COLUMNS`; None is written as an empty cell."""
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, ["run_dir", *keys, *RESULT_COLUMNS])
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: "" if v is None else v for k, v in row.items()})
+        write_atomic(self.csv_path, text.getvalue().encode("utf-8"))
+
+
+# ---- JSON lines ---------------------------------------------------------------------------
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The JSON objects of a JSON-lines file, skipping blank lines and a torn last line (one
+    without a newline that does not parse: a write in progress, or cut short by a crash).
+
+    Raises ValueError naming the file and line number of any other line that is not a JSON
+    object.
+    """
+    path = Path(path)
+    lines = path.read_bytes().split(b"\n")  # the last item follows the last newline
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(_text(line))
+        except json.JSONDecodeError as e:
+            if number == len(lines):  # torn
+                continue
+            raise ValueError(f"{path}: line {number} is not valid JSON ({e.msg})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}: line {number} is not a JSON object")
+        records.append(record)
+    return records
+
+
+def truncate_jsonl(path: Path, max_step: int) -> None:
+    """Drop lines with ``step > max_step`` (work after the checkpoint being resumed, which is
+    about to be redone), so the step sequence has no repeats, and lines that do not parse (a
+    tail torn by a crash). Atomic; nothing happens when the file is absent."""
+    path = Path(path)
+    if not path.exists():
+        return
+    kept = [line for line in path.read_bytes().split(b"\n")
+            if (record := _parse(line)) is not None and record.get("step", 0) <= max_step]
+    write_atomic(path, b"".join(line + b"\n" for line in kept))
+
+
+class JsonlWriter:
+    """Appends one JSON object per line and flushes it."""
+
+    def __init__(self, path: Path):
+        self._file = open(path, "a", encoding="utf-8")
+
+    def write(self, record: dict) -> None:
+        """Append ``record`` (non-finite floats become null)."""
+        self._file.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        self._file.close()
+
+
+def _text(line: bytes) -> str:
+    """A line's text; bytes that are not UTF-8 become U+FFFD."""
+    return line.decode("utf-8", errors="replace")
+
+
+def _parse(line: bytes) -> dict | None:
+    """The JSON object on a line; None for anything else (blank, torn, not an object)."""
+    try:
+        record = json.loads(_text(line))
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _mapping(path: Path, value: object) -> dict:
+    """``value`` (parsed from ``path``) when it is a mapping, {} for an empty file."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: expected a mapping, found {type(value).__name__}")
+    return value
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _json_default(x: object) -> str | None:
+    return None if isinstance(x, float) and not math.isfinite(x) else str(x)
+
+
+# ---- atomic files -------------------------------------------------------------------------
+
+
+@contextmanager
+def atomic_file(path: Path) -> Iterator[io.BufferedRandom]:
+    """A file opened ``w+b`` whose content replaces ``path`` only once the block ends without
+    an exception, so that readers see the old file or the whole new one: a temporary file in
+    the same directory, fsynced, renamed over ``path``, directory fsynced. A failure (e.g. a
+    full disk) leaves the old file and no temporary file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w+b") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_atomic(path: Path, *chunks: bytes | memoryview) -> None:
+    """Write ``chunks`` one after the other to ``path`` atomically (:func:`atomic_file`)."""
+    with atomic_file(path) as f:
+        for chunk in chunks:
+            f.write(chunk)
+
+
+def remove_stale_temporaries(directory: Path, name_glob: str) -> None:
+    """Delete the temporary files that :func:`atomic_file` left for files named like
+    ``name_glob`` in ``directory`` when its process was killed mid-write."""
+    for stale in Path(directory).glob(f".{name_glob}.tmp-*"):
+        stale.unlink(missing_ok=True)
+
+
+# what every point of dba3c bench --scale's scale.json has, measured or failed (a measured one
+# has step_ms etc.)
+SCALE_POINT_KEYS = frozenset({"workers", "ps", "hidden", "replicas", "slow_workers",
+                              "slow_factor", "link_gbit", "time_scale"})
+
+
+def read_scale_results(path: Path) -> dict:
+    """The results ``dba3c bench --scale`` wrote to ``path`` (JSON with measured points);
+    ValueError naming the file unless it holds them."""
+    try:
+        results = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not readable as dba3c bench --scale results: {e}") from None
+    if not isinstance(results, dict) or not isinstance(results.get("points"), list) or any(
+            not isinstance(p, dict) or not SCALE_POINT_KEYS <= p.keys() for p in
+            results["points"]):
+        raise ValueError(f"{path}: not dba3c bench --scale results (expected an object whose "
+                         f"'points' each have {', '.join(sorted(SCALE_POINT_KEYS))})")
+    return results

@@ -1,0 +1,106 @@
+"""Training entry points: one process, or this process's role in a distributed world.
+
+:func:`train` is ``dba3c train`` as a library call, for the command line and the submitit
+job alike; the launcher reads the world size from its environment and passes it in.
+
+Everything that can be refused (config, checkpoint, model shape) is checked before the run
+directory is touched.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from dba3c.config import Config, is_atari, load_config
+from dba3c.core import LocalParameterServer, Params
+from dba3c.errors import UserError, exit_code
+from dba3c.games.envs import EnvPool, env_spaces, make_env_pool
+from dba3c.learning.models import NetSpec, make_net_spec
+from dba3c.learning.optim import make_optimizer
+from dba3c.training import checkpoint
+from dba3c.training.chief import Chief
+from dba3c.training.metrics import next_steps
+from dba3c.training.profiling import WorkerLaps
+from dba3c.training.report import WorkerReport
+
+
+def make_pool_and_spec(cfg: Config) -> tuple[EnvPool, NetSpec]:
+    """The training simulators and the network for their spaces."""
+    pool = make_env_pool(cfg.env, cfg.model)
+    return pool, make_net_spec(cfg.model, pool.obs_shape, pool.num_actions)
+
+
+def train(config_path: str, overrides: list[str], world_size: int) -> int:
+    """``dba3c train CONFIG OVERRIDES``: alone when ``world_size`` is 1, else as this rank of
+    an MPI world of that size. Returns the exit code: 0 done, 2 bad input, 1 training failed
+    (with one ``error: ...`` line on stderr)."""
+    def run() -> int:
+        cfg = load_config(config_path, overrides)
+        if world_size > 1:
+            from dba3c.distributed.run import train_distributed
+
+            return train_distributed(cfg)
+        summary = train_single(cfg)
+        print(f"run finished at step {summary.get('final_step')} "
+              f"({summary.get('stop_reason')}); outputs in {cfg.run.dir}", file=sys.stderr)
+        print(next_steps(cfg.run.dir, is_atari(cfg.env.id)), file=sys.stderr)
+        return 0
+
+    return exit_code(run)
+
+
+def train_single(cfg: Config, laps: WorkerLaps | None = None) -> dict:
+    """The single-node BA3C trainer: simulators, predictor, trainer and optimizer in one
+    process. Returns the run summary. ``laps``: where the worker's threads time their
+    sections (``dba3c bench --profile`` reads them while it runs)."""
+    if cfg.synthetic.enabled:
+        raise UserError("synthetic.enabled=true needs parameter-server ranks: run it with "
+                        "`dba3c launch CONFIG --workers W` (world size 1 computes for real)")
+    # TensorFlow is imported here, after the config checks, not with this module: the chief
+    # of a synthetic-compute run imports none
+    from dba3c.games.evaluation import BackgroundEvaluator
+    from dba3c.learning.learner import Learner
+    from dba3c.training.worker import Worker
+
+    pool, spec = ((None, make_net_spec(cfg.model, *env_spaces(cfg)))
+                  if cfg.debug.synthetic_data else make_pool_and_spec(cfg))
+    try:
+        start = checkpoint.load_start(cfg, spec)
+    except UserError:
+        if pool is not None:
+            pool.close()
+        raise
+    store = LocalParameterServer(start.theta, start.adam, start.step, make_optimizer(cfg))
+    chief = Chief(cfg, start.ckpt, spec.layout(), num_workers=1)
+    chief.install_signal_handlers()
+    evaluator = None
+    if cfg.eval.every:
+        evaluator = BackgroundEvaluator(cfg, spec)
+        evaluator.start()
+    worker = Worker(cfg, 0, Learner(spec, cfg.train, start.theta), pool, laps)
+
+    def save(step: int) -> None:
+        shard = store.shard
+        chief.save_checkpoint(step, [shard.theta_shard], [shard.adam.m_shard],
+                              [shard.adam.v_shard], shard.adam.count)
+
+    def after_step(params: Params, report: WorkerReport) -> bool:
+        chief.worker_report(0, report)
+        chief.extra["train/nonfinite_skipped"] = store.shard.stats.nonfinite_skipped
+        chief.on_step(params.version)
+        if chief.checkpoint_due(params.version):
+            save(params.version)
+        if evaluator is not None:
+            for step, scores in evaluator.after_step(params.version, params.theta):
+                chief.on_eval(step, scores)
+        return chief.stop_reason is not None
+
+    try:
+        worker.train(store, after_step)
+        if store.shard.version > chief.start_step:
+            save(store.shard.version)
+    finally:
+        if evaluator is not None:
+            evaluator.stop()
+        chief.close()
+    return chief.summary

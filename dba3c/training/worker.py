@@ -1,0 +1,356 @@
+"""One worker: local asynchronous BA3C.
+
+An actor thread plays ``env.num_envs`` simulators: receive a batch of observations, predict
+for all of them in one forward pass, send the sampled actions back, and fold the outcome into
+n-step data points. Full mini-batches go through a bounded queue to the trainer loop, which
+runs in the calling (main) thread: gradient on the newest parameters, push it to the
+parameter store, load the parameters it returns. Simulation and prediction keep going while
+the trainer computes or waits for parameters.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dba3c.config import Config
+from dba3c.core import Incoming, ParameterClient, Params, StagedClient
+from dba3c.distributed.transport import Poller
+from dba3c.errors import TrainingError
+from dba3c.games.envs import EnvPool, ScoreTracker
+from dba3c.learning.rl import sample_actions
+from dba3c.learning.rollout import Batch, RolloutAssembler
+from dba3c.training.faults import non_finite_due, with_faults, with_rank_faults
+from dba3c.training.profiling import Laps, WorkerLaps
+from dba3c.training.report import Losses, Seconds, WorkerReport
+
+if TYPE_CHECKING:  # TensorFlow: synthetic-compute workers (dba3c.distributed.synthetic) import none
+    from dba3c.learning.learner import Learner
+    from dba3c.learning.models import NetSpec
+
+AfterStep = Callable[[Params, WorkerReport], bool]
+# The Poller of a staged step tests the collectives in flight every PROGRESS_CAPS x
+# dist.collective_poll_us (200 us by default): every wake takes the GIL from the actor and
+# TensorFlow's callbacks, and at 50 us two real Breakout ranks on 2 cores stepped 1.6x slower
+# (0.43 against 0.27 s a step with overlap off; docs/benchmarks.md). The collectives it
+# advances are the hidden ones; a rank blocked on one polls at the cap itself.
+PROGRESS_CAPS = 4
+StagedStep = tuple[Batch, Callable[[int], None], Callable[[int, np.ndarray], None]]
+"""A mini-batch and the staged gradient's hooks: before stage b's forward pass, after
+bucket b's gradient (:meth:`Worker.train_staged`)."""
+
+
+class Actor(threading.Thread):
+    """Simulators + batched predictor, producing mini-batches into ``out``."""
+
+    # sections of the loop (see _loop) that make up time/predict and time/emulate
+    PREDICT_SECTIONS = ("predict", "sample", "send")
+    EMULATE_SECTIONS = ("emulator recv", "copy obs")
+
+    def __init__(self, pool: EnvPool, learner: Learner, assembler: RolloutAssembler,
+                 out: queue.Queue, *, seed: int, episodic_life: bool,
+                 laps: Laps | None = None):
+        super().__init__(name="actor", daemon=True)
+        self.pool, self.learner, self.assembler, self.out = pool, learner, assembler, out
+        self.rng = np.random.default_rng(seed)
+        self.seed = seed
+        self.scores = ScoreTracker(pool.num_envs, episodic_life)
+        self.env_frames = 0
+        self.laps = laps or Laps()
+        self.error: BaseException | None = None
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as e:  # reported by the trainer loop
+            self.error = e
+
+    @property
+    def t_predict(self) -> float:
+        """Seconds spent predicting, sampling and sending actions."""
+        return sum(self.laps.seconds.get(k, 0.0) for k in self.PREDICT_SECTIONS)
+
+    @property
+    def t_emulate(self) -> float:
+        """Seconds spent waiting for the simulators' next batch and copying it."""
+        return sum(self.laps.seconds.get(k, 0.0) for k in self.EMULATE_SECTIONS)
+
+    def _loop(self) -> None:
+        step = self.pool.reset(self.seed)
+        lap = self.laps.lap
+        self.laps.start()
+        while not self.stopping.is_set():
+            # pi(.|s_{t+1}), V(s_{t+1}): one pass, on the parameters of one version
+            pi, v, version = self.learner.predict_with_version(step.obs)
+            lap("predict")
+            a_t = sample_actions(pi, self.rng)
+            lap("sample")
+            self.pool.send(a_t)
+            lap("send")
+            self.assembler.observe(step, v)  # close transitions that led to these states
+            self.assembler.act(step, a_t, version)
+            batches = self.assembler.pop_batches()
+            lap("assemble")
+            for batch in batches:
+                self._put(batch)
+            lap("queue put")
+            step = self.pool.recv()
+            lap("emulator recv")
+            step.obs = step.obs.copy()
+            lap("copy obs")
+            self.env_frames += len(step.env_ids) * self.pool.frames_per_step
+            self.scores.update(step)
+            lap("scores")
+
+    def _put(self, batch: Batch) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.out.put(batch, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+
+class Worker:
+    """The trainer loop of one rank, fed by an :class:`Actor` or by synthetic batches.
+
+    Args:
+      cfg: the whole Config. rank: this rank (seeds, fault injection).
+      learner: the network. pool: the simulators, or None with ``debug.synthetic_data``.
+    """
+
+    def __init__(self, cfg: Config, rank: int, learner: Learner, pool: EnvPool | None,
+                 laps: WorkerLaps | None = None):
+        self.cfg, self.rank, self.learner = cfg, rank, learner
+        self.laps = laps or WorkerLaps()
+        self.batches: queue.Queue = queue.Queue(maxsize=cfg.train.queue_size)
+        self.actor = None
+        if pool is not None:
+            assembler = RolloutAssembler(pool.num_envs, t_max=cfg.train.t_max,
+                                         gamma=cfg.train.gamma,
+                                         reward_clip=cfg.train.reward_clip,
+                                         batch_size=cfg.train.batch_size)
+            self.actor = Actor(pool, learner, assembler, self.batches,
+                               seed=cfg.run.seed * 1000 + rank,
+                               episodic_life=cfg.env.episodic_life, laps=self.laps.actor)
+        self.data_points = 0
+        self.t_compute = self.t_wait_data = self.t_wait_params = 0.0
+        self._next_batch = self._synthetic_batch if self.actor is None else self._actor_batch
+        self._gradient = with_faults(cfg.debug, rank, self._compute_gradient)
+        self._staged = with_rank_faults(cfg.debug, rank, self._compute_staged)
+
+    def train(self, client: ParameterClient, after_step: AfterStep) -> Params | None:
+        """Train until the store ends the run (push returns None) or ``after_step`` returns
+        True. Returns the last parameters received (None if the store ended the run)."""
+        params = self._start(client)
+        if self.cfg.train.reached_max_steps(params.version):
+            return params
+        lap = self.laps.trainer.lap
+        try:
+            while True:
+                batch = self._next_batch(params.version)
+                lap("wait data")
+                grad, losses = self._gradient(batch, params.version)
+                lap("gradient")
+                t0 = time.perf_counter()
+                new = client.push(params.version, grad)
+                self.t_wait_params += time.perf_counter() - t0
+                lap("push")  # Adam in one process, the round trip to the PS otherwise
+                if new is None:
+                    return None
+                self._check_streak(new.nonfinite_streak, new.version)
+                lag = float(params.version - batch.version.mean())  # updates since acting
+                params = new
+                self.learner.set_params(params.theta, params.version)
+                lap("assign")
+                done = after_step(params, self.report(losses, lag))
+                lap("after step (report, metrics, checkpoints)")
+                if done:
+                    return params
+        finally:
+            self.stop()
+
+    def _start(self, client: ParameterClient) -> Params:
+        """The first parameters loaded and the actor started (unless the run is over: a
+        finished run started again)."""
+        params = client.pull()
+        if self.cfg.train.reached_max_steps(params.version):
+            self.stop()
+            return params
+        self.learner.set_params(params.theta, params.version)
+        if self.actor is not None:
+            self.actor.start()
+        self.laps.trainer.start()
+        return params
+
+    def _check_streak(self, nonfinite_streak: int, version: int) -> None:
+        if nonfinite_streak >= self.cfg.train.max_nonfinite:
+            raise TrainingError(
+                f"{nonfinite_streak} consecutive updates had a non-finite "
+                f"gradient (train.max_nonfinite={self.cfg.train.max_nonfinite}); "
+                f"stopped at step {version}, the last checkpoint is intact")
+
+    def train_staged(self, client: StagedClient, after_step: AfterStep) -> Params | None:
+        """:meth:`train` with communication hidden behind compute. The backward pass hands
+        each bucket of the gradient to ``client`` as soon as it is made (last layer first);
+        the next forward pass runs each layer as soon as its bucket of the new parameters
+        arrived; a :class:`~dba3c.distributed.transport.Poller` thread lets the communication
+        advance
+        meanwhile. So step t's ``after_step`` runs once theta_{t+1} has wholly arrived,
+        during step t+1's forward pass; whether to stop is the client's to say
+        (``client.stopping``, the same on every rank), so ``after_step``'s answer is not
+        needed. Returns as :meth:`train`."""
+        params = self._start(client)
+        if self.cfg.train.reached_max_steps(params.version):
+            return params
+        lap = self.laps.trainer.lap
+        arriving: Incoming | None = None
+        report = self.report({}, 0.0)
+
+        def before_forward(bucket: int) -> None:
+            if arriving is not None:
+                t0 = time.perf_counter()
+                theta_bucket = arriving.wait(bucket)
+                self.t_wait_params += time.perf_counter() - t0
+                self.learner.assign_bucket(bucket, theta_bucket)
+
+        def land(arriving: Incoming, report: WorkerReport) -> Params:
+            """The version that has wholly arrived into the prediction variables; its
+            step's ``after_step``."""
+            params = arriving.params()
+            self.learner.set_params(params.theta, params.version)
+            after_step(params, report)
+            return params
+
+        try:
+            with Poller(client.progress, PROGRESS_CAPS * self.cfg.dist.collective_poll_s):
+                while True:
+                    batch = self._next_batch(params.version)
+                    lap("wait data")
+                    version = params.version if arriving is None else arriving.version
+                    after_backward = offering(client, version,
+                                              non_finite_due(self.cfg.debug, version))
+                    losses = self._staged((batch, before_forward, after_backward), version)
+                    lap("gradient (and the parameters of its forward pass)")
+                    if arriving is not None:  # theta_version has wholly arrived
+                        params = land(arriving, report)
+                        lap("after step (report, metrics, checkpoints)")
+                    t0 = time.perf_counter()
+                    arriving = client.finish()
+                    self.t_wait_params += time.perf_counter() - t0
+                    lap("push")
+                    if arriving is None:
+                        return None
+                    self._check_streak(arriving.nonfinite_streak, arriving.version)
+                    report = self.report(losses, float(version - batch.version.mean()))
+                    if client.stopping:
+                        return land(arriving, report)
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        """Stop the actor thread and the simulators."""
+        if self.actor is not None and self.actor.is_alive():
+            self.actor.stopping.set()
+            self.actor.join(timeout=10)
+            self.actor.pool.close()
+        elif self.actor is not None and self.actor.ident is None:  # never started
+            self.actor.pool.close()
+
+    def _synthetic_batch(self, version: int) -> Batch:
+        return synthetic_batch(self.learner.spec, self.cfg.train.batch_size,
+                               (self.cfg.run.seed, self.rank, version))
+
+    def _actor_batch(self, version: int) -> Batch:
+        """The actor's next mini-batch (``version``: the synthetic data's key, unused here)."""
+        actor = self.actor
+        assert actor is not None, "chosen at start-up only with simulators"
+        t0 = time.perf_counter()
+        while True:
+            if actor.error is not None:
+                raise RuntimeError(f"actor thread failed: {actor.error!r}") from actor.error
+            try:
+                batch = self.batches.get(timeout=0.5)
+                break
+            except queue.Empty:
+                continue
+        self.t_wait_data += time.perf_counter() - t0
+        return batch
+
+    def _compute_gradient(self, batch: Batch, version: int) -> tuple[np.ndarray, dict]:
+        """The gradient step, timed as compute and counted (``version``: the parameters',
+        for the fault wrappers and synthetic gradients)."""
+        t0 = time.perf_counter()
+        grad, losses = self._gradient_of(batch, version)
+        self.t_compute += time.perf_counter() - t0
+        self.data_points += len(batch)
+        return grad, losses
+
+    def _compute_staged(self, step: StagedStep, version: int) -> dict:
+        """The staged gradient step, timed as compute (less its waits for parameters, which
+        count as those) and counted."""
+        batch = step[0]
+        t0, waited = time.perf_counter(), self.t_wait_params
+        losses = self._staged_gradient_of(*step, version)
+        self.t_compute += time.perf_counter() - t0 - (self.t_wait_params - waited)
+        self.data_points += len(batch)
+        return losses
+
+    def _staged_gradient_of(self, batch: Batch, before_forward: Callable[[int], None],
+                            after_backward: Callable[[int, np.ndarray], None],
+                            version: int) -> dict:
+        """The learner's staged gradient (``version``: for synthetic gradients)."""
+        return self.learner.staged_gradient(batch.obs, batch.a, batch.R, before_forward,
+                                            after_backward)
+
+    def _gradient_of(self, batch: Batch, version: int) -> tuple[np.ndarray, dict]:
+        """The learner's gradient and losses on ``batch``; NaN everywhere if not finite."""
+        grad, losses = self.learner.gradient(batch.obs, batch.a, batch.R)
+        if not np.isfinite(grad).all():
+            grad[:] = np.nan  # all shards see it: every parameter server skips the update
+        return grad, losses
+
+    def report(self, losses: dict[str, float], policy_lag: float) -> WorkerReport:
+        """This worker's cumulative counters and latest ``loss/*`` losses."""
+        actor = self.actor
+        return WorkerReport(
+            data_points=self.data_points,
+            env_frames=actor.env_frames if actor else 0,
+            episodes=actor.scores.num_episodes if actor else 0,
+            online_score=actor.scores.online_score() if actor else None,
+            policy_lag=policy_lag,
+            losses=Losses.from_metrics(losses),
+            seconds=Seconds(compute=self.t_compute, wait_data=self.t_wait_data,
+                            wait_params=self.t_wait_params,
+                            predict=actor.t_predict if actor else 0.0,
+                            emulate=actor.t_emulate if actor else 0.0))
+
+
+def offering(client: StagedClient, version: int,
+             poison: bool) -> Callable[[int, np.ndarray], None]:
+    """The staged gradient's ``after_backward``: each bucket to ``client`` as gradient of
+    ``version``; ``poison`` makes them non-finite (``debug.nan_at_step``: every shard skips
+    the step)."""
+    def after_backward(bucket: int, g_bucket: np.ndarray) -> None:
+        client.offer(version, bucket, np.full_like(g_bucket, np.nan) if poison else g_bucket)
+    return after_backward
+
+
+def synthetic_batch(spec: NetSpec, batch_size: int, key: tuple) -> Batch:
+    """A deterministic random mini-batch for ``key`` (e.g. (seed, rank, version)): the same
+    data in every process layout, for equivalence tests."""
+    rng = np.random.default_rng(list(key))
+    obs: np.ndarray
+    if spec.kind == "mlp":
+        obs = rng.normal(size=(batch_size, *spec.obs_shape)).astype(np.float32)
+    else:
+        obs = rng.integers(0, 256, (batch_size, *spec.obs_shape), dtype=np.uint8)
+    return Batch(obs, rng.integers(0, spec.num_actions, batch_size).astype(np.int32),
+                 rng.normal(size=batch_size).astype(np.float32),
+                 np.full(batch_size, key[-1], np.int64))
