@@ -1,16 +1,17 @@
 """Adam on flat shards (dba3c.learning.rules) against Keras, shard equivalence, and the shard
 server's
-aggregation rules (dba3c.core.ShardServer)."""
+aggregation rules (dba3c.distributed.shard.ShardServer)."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from dba3c.config import AdamConfig
-from dba3c.core import LocalParameterServer, ShardServer
+from dba3c.distributed.shard import ShardServer
 from dba3c.learning.optim import Optimizer
 from dba3c.learning.params import shard_bounds
-from dba3c.learning.rules import AdamState, adam_update
+from dba3c.learning.rules import OptimizerState, adam_update
+from dba3c.training.runner import LocalParameterServer
 
 PAPER = dict(lr=1e-3, beta1=0.8, beta2=0.75, epsilon=1e-8)
 PAPER_ADAM = Optimizer("adam", PAPER["lr"], adam=AdamConfig(PAPER["beta1"], PAPER["beta2"],
@@ -36,7 +37,7 @@ def test_adam_update_matches_keras_adam(hyper):
     var = tf.Variable(theta0)
     opt = tf.keras.optimizers.Adam(learning_rate=hyper["lr"], beta_1=hyper["beta1"],
                                    beta_2=hyper["beta2"], epsilon=hyper["epsilon"])
-    theta, state = theta0.copy(), AdamState.zeros(n)
+    theta, state = theta0.copy(), OptimizerState.zeros(n)
     for t, g in enumerate(grads, start=1):
         opt.apply_gradients([(tf.constant(g), var)])
         adam_update(theta, g, state, **hyper)
@@ -53,7 +54,7 @@ def test_adam_update_is_bit_identical_to_the_formulas_with_temporaries(with_scra
     lr, b1, b2, eps = (PAPER[k] for k in ("lr", "beta1", "beta2", "epsilon"))
     theta0 = np.random.default_rng(3).standard_normal(n).astype(np.float32)
     ref_theta, ref_m, ref_v = theta0.copy(), np.zeros(n, np.float32), np.zeros(n, np.float32)
-    theta, state = theta0.copy(), AdamState.zeros(n)
+    theta, state = theta0.copy(), OptimizerState.zeros(n)
     scratch = np.full((2, n), np.nan, np.float32) if with_scratch else None
     for t, g in enumerate(_grads(n, 6, seed=4), start=1):
         alpha_t = np.float32(lr * np.sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t))
@@ -70,7 +71,7 @@ def test_adam_first_step_by_hand():
     # -> step = lr * sqrt(1-b2)/(1-b1) * (1-b1) g / (sqrt(1-b2) |g| + eps) ~= lr * sign(g)
     theta = np.array([1.0, -2.0, 0.0], np.float32)
     g = np.array([0.5, -4.0, 0.0], np.float32)
-    state = AdamState.zeros(3)
+    state = OptimizerState.zeros(3)
     adam_update(theta, g, state, **PAPER)
     np.testing.assert_allclose(theta, [1.0 - 1e-3, -2.0 + 1e-3, 0.0], rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(state.m_shard, 0.2 * g, rtol=1e-6)
@@ -83,10 +84,10 @@ def test_sharded_adam_equals_whole_vector_adam(num_shards):
     theta0 = np.random.default_rng(2).standard_normal(n).astype(np.float32)
     grads = _grads(n, steps, seed=3)
 
-    whole, whole_state = theta0.copy(), AdamState.zeros(n)
+    whole, whole_state = theta0.copy(), OptimizerState.zeros(n)
     bounds = shard_bounds(n, num_shards)
     shards = [theta0[a:b].copy() for a, b in bounds]
-    states = [AdamState.zeros(b - a) for a, b in bounds]
+    states = [OptimizerState.zeros(b - a) for a, b in bounds]
     for g in grads:
         adam_update(whole, g, whole_state, **PAPER)
         for (a, b), shard, st in zip(bounds, shards, states):
@@ -101,7 +102,7 @@ def test_sharded_adam_equals_whole_vector_adam(num_shards):
 
 def _server(n=5, mode="sync", replicas=3, version=0):
     theta = np.linspace(-1, 1, n).astype(np.float32)
-    return ShardServer(theta, AdamState.zeros(n), version, mode=mode, replicas=replicas,
+    return ShardServer(theta, OptimizerState.zeros(n), version, mode=mode, replicas=replicas,
                        optimizer=PAPER_ADAM)
 
 
@@ -124,7 +125,7 @@ def test_sync_mean_is_the_same_bits_whatever_order_the_gradients_arrive_in():
     assert srv.version == 1
     for theta in thetas[1:]:
         np.testing.assert_array_equal(theta, thetas[0])
-    ref, ref_state = _server(n=4000, replicas=1).theta_shard, AdamState.zeros(4000)
+    ref, ref_state = _server(n=4000, replicas=1).theta_shard, OptimizerState.zeros(4000)
     mean = np.mean(np.stack(grads).astype(np.float64), axis=0).astype(np.float32)
     adam_update(ref, mean, ref_state, **PAPER)
     np.testing.assert_array_equal(thetas[0], ref)
@@ -141,12 +142,12 @@ def test_sync_applies_adam_of_the_mean_of_replicas_gradients():
     assert srv.offer(0, g3) is True
     assert srv.version == 1 and srv.stats.applied == 1
 
-    ref, ref_state = theta0.copy(), AdamState.zeros(5)
+    ref, ref_state = theta0.copy(), OptimizerState.zeros(5)
     mean = np.mean(np.stack([g1, g2, g3]).astype(np.float64), axis=0).astype(np.float32)
     adam_update(ref, mean, ref_state, **PAPER)
     np.testing.assert_allclose(srv.theta_shard, ref, rtol=1e-6, atol=1e-8)
-    np.testing.assert_allclose(srv.adam.m_shard, ref_state.m_shard, rtol=1e-6, atol=1e-9)
-    assert srv.adam.count == 1
+    np.testing.assert_allclose(srv.opt_state.m_shard, ref_state.m_shard, rtol=1e-6, atol=1e-9)
+    assert srv.opt_state.count == 1
 
     # the accumulator was reset: the next step averages only its own gradients
     h = _grads(5, 3, seed=5)
@@ -163,11 +164,11 @@ def test_sync_drops_late_gradients_and_counts_them():
     for g in _grads(5, 3, seed=6):
         srv.offer(0, g)
     assert srv.version == 1
-    theta, m = srv.theta_shard.copy(), srv.adam.m_shard.copy()
+    theta, m = srv.theta_shard.copy(), srv.opt_state.m_shard.copy()
     assert srv.offer(0, np.ones(5, np.float32)) is False  # a 4th (backup) gradient for step 0
     assert srv.stats.dropped_late == 1
     np.testing.assert_array_equal(srv.theta_shard, theta)
-    np.testing.assert_array_equal(srv.adam.m_shard, m)
+    np.testing.assert_array_equal(srv.opt_state.m_shard, m)
     assert srv.version == 1
     # and it did not leak into the next step's average
     srv.offer(1, np.zeros(5, np.float32))
@@ -177,7 +178,7 @@ def test_sync_drops_late_gradients_and_counts_them():
     srv2 = _server()
     for g in _grads(5, 3, seed=6):
         srv2.offer(0, g)
-    ref, st = srv2.theta_shard.copy(), srv2.adam
+    ref, st = srv2.theta_shard.copy(), srv2.opt_state
     adam_update(ref, np.zeros(5, np.float32), st, **PAPER)
     np.testing.assert_array_equal(srv.theta_shard, ref)
 
@@ -200,23 +201,23 @@ def test_sync_nonfinite_mean_is_skipped_and_streak_counted():
         assert srv.version == step + 1
         assert srv.nonfinite_streak == step + 1
         np.testing.assert_array_equal(srv.theta_shard, theta0)
-        np.testing.assert_array_equal(srv.adam.m_shard, np.zeros(5, np.float32))
-        np.testing.assert_array_equal(srv.adam.v_shard, np.zeros(5, np.float32))
-        assert srv.adam.count == 0
+        np.testing.assert_array_equal(srv.opt_state.m_shard, np.zeros(5, np.float32))
+        np.testing.assert_array_equal(srv.opt_state.v_shard, np.zeros(5, np.float32))
+        assert srv.opt_state.count == 0
     assert srv.stats.nonfinite_skipped == 2 and srv.stats.applied == 0
 
     for _ in range(3):
         srv.offer(2, ok)
     assert srv.version == 3 and srv.nonfinite_streak == 0
-    ref, st = theta0.copy(), AdamState.zeros(5)
+    ref, st = theta0.copy(), OptimizerState.zeros(5)
     adam_update(ref, ok, st, **PAPER)  # Adam's first step, as if the skipped ones never were
     np.testing.assert_allclose(srv.theta_shard, ref, rtol=1e-6)
-    assert srv.adam.count == 1
+    assert srv.opt_state.count == 1
 
 
 def test_async_applies_every_gradient_and_records_staleness():
     srv = _server(mode="async", replicas=3, version=10)
-    ref, st = srv.theta_shard.copy(), AdamState.zeros(5)
+    ref, st = srv.theta_shard.copy(), OptimizerState.zeros(5)
     gs = _grads(5, 3, seed=7)
     for grad_version, g in zip([10, 10, 11], gs):
         assert srv.offer(grad_version, g) is True
@@ -230,7 +231,7 @@ def test_async_applies_every_gradient_and_records_staleness():
 
 def test_local_parameter_server_push_is_one_adam_step():
     theta0 = np.array([0.5, -0.5], np.float32)
-    ps = LocalParameterServer(theta0.copy(), AdamState.zeros(2), 7, PAPER_ADAM)
+    ps = LocalParameterServer(theta0.copy(), OptimizerState.zeros(2), 7, PAPER_ADAM)
     p = ps.pull()
     assert p.version == 7
     np.testing.assert_array_equal(p.theta, theta0)

@@ -30,9 +30,9 @@ import numpy as np
 import pytest
 
 from dba3c.config import DistConfig
-from dba3c.core import LocalParameterServer, ShardServer
 from dba3c.distributed.collective.ranks import CollectiveClient
 from dba3c.distributed.roles import make_roles
+from dba3c.distributed.shard import ShardServer
 from dba3c.distributed.transport import (
     PR_GET_TIMERSLACK,
     TIMER_SLACK_NS,
@@ -45,7 +45,8 @@ from dba3c.launchers.local import find_mpiexec
 from dba3c.learning.models import NetSpec
 from dba3c.learning.optim import make_optimizer
 from dba3c.learning.params import ShardPlan
-from dba3c.learning.rules import AdamState
+from dba3c.learning.rules import OptimizerState
+from dba3c.training.runner import LocalParameterServer
 
 from conftest import ROOT, dba3c, latest_checkpoint, read_jsonl
 from test_protocol import N, grad_of, make_cfg, run_world, train_loop
@@ -226,7 +227,7 @@ def collective_world(cfg, num_ranks: int, gradient, buckets=(0,), staged=False) 
     def rank_loop(transport) -> tuple[list, ShardServer]:
         group = transport.split(True)
         theta_shard = plan.shard_of(THETA0, group.rank)
-        shard = ShardServer(theta_shard, AdamState.zeros(theta_shard.size), 0, mode="sync",
+        shard = ShardServer(theta_shard, OptimizerState.zeros(theta_shard.size), 0, mode="sync",
                             replicas=1, optimizer=make_optimizer(cfg))
         client = CollectiveClient(group, shard, plan, cfg.train, chief=group.rank == 0,
                                   wants_stop=lambda: False)
@@ -248,15 +249,15 @@ def test_one_rank_equals_the_single_process_store_bit_for_bit():
         return grad_of(rank, version) * (np.nan if version == 7 else 1)
 
     [(received, shard)] = collective_world(cfg, 1, gradient)
-    store = LocalParameterServer(THETA0.copy(), AdamState.zeros(N), 0, make_optimizer(cfg))
+    store = LocalParameterServer(THETA0.copy(), OptimizerState.zeros(N), 0, make_optimizer(cfg))
     expected = [store.pull()] + [store.push(v, gradient(0, v)) for v in range(STEPS)]
     assert [p.version for p in received] == list(range(STEPS + 1))
     for got, want in zip(received, expected):
         assert np.array_equal(got.theta.view(np.uint32), want.theta.view(np.uint32))
         assert got.nonfinite_streak == want.nonfinite_streak
-    assert np.array_equal(shard.adam.m_shard, store.shard.adam.m_shard)
-    assert np.array_equal(shard.adam.v_shard, store.shard.adam.v_shard)
-    assert shard.adam.count == store.shard.adam.count == STEPS - 1
+    assert np.array_equal(shard.opt_state.m_shard, store.opt_state.m_shard)
+    assert np.array_equal(shard.opt_state.v_shard, store.opt_state.v_shard)
+    assert shard.opt_state.count == store.opt_state.count == STEPS - 1
 
 
 # PS sums the workers' gradients in arrival order, the collective in rank order (MPI: in its
@@ -283,11 +284,11 @@ def test_w_ranks_equal_w_workers_and_p_parameter_servers_within_summation_tolera
     theta = ranks[0][0][-1].theta
     np.testing.assert_allclose(theta, theta_ps, rtol=SUMMATION_TOL, atol=SUMMATION_TOL)
     plan = ShardPlan(N, 3, buckets)
-    m = np.concatenate(plan.flat_chunks([shard.adam.m_shard for _, shard in ranks]))
-    v = np.concatenate(plan.flat_chunks([shard.adam.v_shard for _, shard in ranks]))
+    m = np.concatenate(plan.flat_chunks([shard.opt_state.m_shard for _, shard in ranks]))
+    v = np.concatenate(plan.flat_chunks([shard.opt_state.v_shard for _, shard in ranks]))
     np.testing.assert_allclose(m, m_ps, rtol=SUMMATION_TOL, atol=SUMMATION_TOL)
     np.testing.assert_allclose(v, v_ps, rtol=SUMMATION_TOL, atol=SUMMATION_TOL)
-    assert {shard.adam.count for _, shard in ranks} == {count_ps} == {STEPS}
+    assert {shard.opt_state.count for _, shard in ranks} == {count_ps} == {STEPS}
 
 
 def test_buckets_offered_one_by_one_give_what_the_whole_gradient_gives_bit_for_bit():
@@ -304,7 +305,7 @@ def test_buckets_offered_one_by_one_give_what_the_whole_gradient_gives_bit_for_b
         for a, b in zip(got, want):
             assert np.array_equal(a.theta.view(np.uint32), b.theta.view(np.uint32))
             assert a.nonfinite_streak == b.nonfinite_streak
-        assert np.array_equal(got_shard.adam.v_shard, want_shard.adam.v_shard)
+        assert np.array_equal(got_shard.opt_state.v_shard, want_shard.opt_state.v_shard)
 
 
 def test_buckets_out_of_order_are_refused_as_a_protocol_violation():
@@ -313,7 +314,7 @@ def test_buckets_out_of_order_are_refused_as_a_protocol_violation():
 
     def rank_loop(transport):
         group = transport.split(True)
-        shard = ShardServer(THETA0.copy(), AdamState.zeros(N), 0, mode="sync", replicas=1,
+        shard = ShardServer(THETA0.copy(), OptimizerState.zeros(N), 0, mode="sync", replicas=1,
                             optimizer=make_optimizer(cfg))
         client = CollectiveClient(group, shard, plan, cfg.train, chief=True,
                                   wants_stop=lambda: False)
@@ -343,7 +344,7 @@ def test_one_ranks_non_finite_gradient_makes_every_shard_skip_the_same_step(buck
     ranks = collective_world(cfg, 3, gradient, buckets)
     for received, shard in ranks:
         assert [p.nonfinite_streak for p in received] == [0, 0, 0, 0, 1, 0, 0]
-        assert shard.stats.nonfinite_skipped == 1 and shard.adam.count == 5
+        assert shard.stats.nonfinite_skipped == 1 and shard.opt_state.count == 5
         assert np.isfinite(received[-1].theta).all()
         # step 3 changed nothing: theta_4 == theta_3 on every rank
         assert np.array_equal(received[4].theta, received[3].theta)

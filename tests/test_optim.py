@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from dba3c.config import AdamConfig, RMSPropConfig, load_config
-from dba3c.core import LocalParameterServer, ShardServer
+from dba3c.distributed.shard import ShardServer
 from dba3c.errors import UserError
 from dba3c.learning.optim import (
     Optimizer,
@@ -18,8 +18,9 @@ from dba3c.learning.optim import (
     rmsprop_update,
 )
 from dba3c.learning.params import shard_bounds
-from dba3c.learning.rules import AdamState, adam_update
+from dba3c.learning.rules import OptimizerState, adam_update
 from dba3c.training import checkpoint
+from dba3c.training.runner import LocalParameterServer
 
 from conftest import dba3c, latest_checkpoint, read_jsonl
 from test_train import SYNTH
@@ -42,7 +43,7 @@ def test_rmsprop_two_steps_by_hand():
     #   theta -= 0.01 d / sqrt(g + 0.1) -> [0.98438262 - 0.01/sqrt(0.112475), -1.92155330,
     #           0.01/sqrt(0.11)] = [0.95456526, -1.92155330, 0.03015113]
     theta = np.array([1.0, -2.0, 0.0], np.float32)
-    state = AdamState.zeros(3)
+    state = OptimizerState.zeros(3)
     hyper = dict(lr=0.01, alpha=0.99, epsilon=0.1)
     rmsprop_update(theta, np.array([0.5, -4.0, 0.0], np.float32), state, **hyper)
     np.testing.assert_allclose(state.v_shard, [0.0025, 0.16, 0.0], rtol=1e-6)
@@ -60,7 +61,7 @@ def test_rmsprop_update_is_bit_identical_to_the_formulas_with_temporaries(with_s
     theta0 = np.random.default_rng(3).standard_normal(n).astype(np.float32)
     lr, alpha, eps = (np.float32(A3C[k]) for k in ("lr", "alpha", "epsilon"))
     ref_theta, ref_g = theta0.copy(), np.zeros(n, np.float32)
-    theta, state = theta0.copy(), AdamState.zeros(n)
+    theta, state = theta0.copy(), OptimizerState.zeros(n)
     scratch = np.full((2, n), np.nan, np.float32) if with_scratch else None
     for t, d in enumerate(_grads(n, 6, seed=4), start=1):
         ref_g = alpha * ref_g + np.float32(1.0 - A3C["alpha"]) * (d * d)
@@ -81,7 +82,7 @@ def test_rmsprop_update_matches_keras3_rmsprop(hyper):
     var = tf.Variable(theta0)
     opt = tf.keras.optimizers.RMSprop(learning_rate=hyper["lr"], rho=hyper["alpha"],
                                       epsilon=hyper["epsilon"], momentum=0.0, centered=False)
-    theta, state = theta0.copy(), AdamState.zeros(n)
+    theta, state = theta0.copy(), OptimizerState.zeros(n)
     for t, d in enumerate(_grads(n, steps), start=1):
         opt.apply_gradients([(tf.constant(d), var)])
         rmsprop_update(theta, d, state, **hyper)
@@ -94,7 +95,7 @@ def test_epsilon_outside_the_root_would_differ():
     # PyTorch / Keras 2 placement: lr d / (sqrt(g) + eps): with PAAC's eps 0.1 and a small
     # gradient the first step differs by far more than float error
     d = np.array([1e-2], np.float32)
-    theta, state = np.zeros(1, np.float32), AdamState.zeros(1)
+    theta, state = np.zeros(1, np.float32), OptimizerState.zeros(1)
     rmsprop_update(theta, d, state, lr=1.0, alpha=0.99, epsilon=0.1)
     inside = -1e-2 / np.sqrt(0.01 * 1e-4 + 0.1)
     outside = -1e-2 / (np.sqrt(0.01 * 1e-4) + 0.1)
@@ -106,10 +107,10 @@ def test_epsilon_outside_the_root_would_differ():
 def test_sharded_rmsprop_equals_whole_vector_rmsprop(num_shards):
     n, steps = 23, 4
     theta0 = np.random.default_rng(2).standard_normal(n).astype(np.float32)
-    whole, whole_state = theta0.copy(), AdamState.zeros(n)
+    whole, whole_state = theta0.copy(), OptimizerState.zeros(n)
     bounds = shard_bounds(n, num_shards)
     shards = [theta0[a:b].copy() for a, b in bounds]
-    states = [AdamState.zeros(b - a) for a, b in bounds]
+    states = [OptimizerState.zeros(b - a) for a, b in bounds]
     for d in _grads(n, steps, seed=3):
         rmsprop_update(whole, d, whole_state, **A3C)
         for (a, b), shard, st in zip(bounds, shards, states):
@@ -135,8 +136,8 @@ def test_optimizer_update_applies_the_scheduled_rate_at_the_given_step(kind):
     n, max_steps = 9, 40
     opt = Optimizer(kind, 0.01, "linear", max_steps, AdamConfig(0.8, 0.75, 1e-8),
                     RMSPropConfig(0.99, 0.1))
-    theta, state = np.ones(n, np.float32), AdamState.zeros(n)
-    ref, ref_state = theta.copy(), AdamState.zeros(n)
+    theta, state = np.ones(n, np.float32), OptimizerState.zeros(n)
+    ref, ref_state = theta.copy(), OptimizerState.zeros(n)
     for step, d in zip([10, 11, 30], _grads(n, 3, seed=8)):
         optimizer_update(theta, d, state, opt, step=step)
         lr = 0.01 * (1 - step / max_steps)
@@ -154,17 +155,17 @@ def test_optimizer_update_applies_the_scheduled_rate_at_the_given_step(kind):
 def test_shard_server_runs_rmsprop_with_the_schedule_from_its_version():
     opt = Optimizer("rmsprop", 0.05, "linear", 20, rmsprop=RMSPropConfig(0.9, 0.01))
     theta0 = np.linspace(-1, 1, 6).astype(np.float32)
-    srv = ShardServer(theta0.copy(), AdamState.zeros(6), 4, mode="sync", replicas=2,
+    srv = ShardServer(theta0.copy(), OptimizerState.zeros(6), 4, mode="sync", replicas=2,
                       optimizer=opt)
-    ref, st = theta0.copy(), AdamState.zeros(6)
+    ref, st = theta0.copy(), OptimizerState.zeros(6)
     for version, (g1, g2) in zip([4, 5, 6], zip(_grads(6, 3, 1), _grads(6, 3, 2))):
         srv.offer(version, g1)
         assert srv.offer(version, g2) is True
         mean = (g1 + g2) / np.float32(2)
         rmsprop_update(ref, mean, st, lr=0.05 * (1 - version / 20), alpha=0.9, epsilon=0.01)
         np.testing.assert_allclose(srv.theta_shard, ref, rtol=1e-6, atol=1e-7)
-    assert srv.version == 7 and srv.adam.count == 3
-    np.testing.assert_array_equal(srv.adam.m_shard, np.zeros(6, np.float32))
+    assert srv.version == 7 and srv.opt_state.count == 3
+    np.testing.assert_array_equal(srv.opt_state.m_shard, np.zeros(6, np.float32))
 
 
 def test_rmsprop_with_linear_schedule_resumes_bit_exactly_through_a_checkpoint():
@@ -172,23 +173,24 @@ def test_rmsprop_with_linear_schedule_resumes_bit_exactly_through_a_checkpoint()
     opt = Optimizer("rmsprop", 0.01, "linear", 12)
     theta0 = np.random.default_rng(5).standard_normal(8).astype(np.float32)
     grads = _grads(8, 12, seed=6)
-    once = LocalParameterServer(theta0.copy(), AdamState.zeros(8), 0, opt)
+    once = LocalParameterServer(theta0.copy(), OptimizerState.zeros(8), 0, opt)
     for d in grads:
         once.push(once.pull().version, d)
-    first = LocalParameterServer(theta0.copy(), AdamState.zeros(8), 0, opt)
+    first = LocalParameterServer(theta0.copy(), OptimizerState.zeros(8), 0, opt)
     for d in grads[:6]:
         first.push(first.pull().version, d)
-    s = first.shard
+    s = first
     ckpt = checkpoint.decode(checkpoint.encode(checkpoint.Checkpoint(
-        s.version, s.theta_shard, s.adam.m_shard, s.adam.v_shard, s.adam.count, {})), "mem")
-    second = LocalParameterServer(ckpt.theta.copy(), AdamState(ckpt.adam_m.copy(),
+        s.version, s.theta, s.opt_state.m_shard, s.opt_state.v_shard, s.opt_state.count, {})),
+        "mem")
+    second = LocalParameterServer(ckpt.theta.copy(), OptimizerState(ckpt.adam_m.copy(),
                                   ckpt.adam_v.copy(), ckpt.adam_count), ckpt.step, opt)
     for d in grads[6:]:
         second.push(second.pull().version, d)
-    assert second.shard.version == once.shard.version == 12
-    assert np.array_equal(second.shard.theta_shard, once.shard.theta_shard)
-    assert np.array_equal(second.shard.adam.v_shard, once.shard.adam.v_shard)
-    assert second.shard.adam.count == once.shard.adam.count == 12
+    assert second.version == once.version == 12
+    assert np.array_equal(second.theta, once.theta)
+    assert np.array_equal(second.opt_state.v_shard, once.opt_state.v_shard)
+    assert second.opt_state.count == once.opt_state.count == 12
 
 
 def test_make_optimizer_reads_the_config():

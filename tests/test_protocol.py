@@ -37,7 +37,7 @@ from dba3c.distributed.wire import (
     framed_size,
 )
 from dba3c.learning.params import shard_bounds
-from dba3c.learning.rules import AdamState, adam_update
+from dba3c.learning.rules import OptimizerState, adam_update
 from dba3c.training.report import WorkerReport
 
 N = 11  # parameters: odd so shards differ in size
@@ -97,7 +97,7 @@ def run_world(cfg, worker_fn, theta0, evaluator_fn=None):
     transports = InProcessTransport.create_world(roles.world_size)
     chief = FakeChief()
     link = ChiefLink(transports[0], roles, cfg, chief, N)
-    link.send_init(0, theta0.copy(), AdamState.zeros(N))
+    link.send_init(0, theta0.copy(), OptimizerState.zeros(N))
     received: dict[int, list] = {w: [] for w in roles.workers}
     errors = []
 
@@ -145,7 +145,7 @@ def train_loop(delay_for=None):
 
 def reference_sync(theta0, cfg, workers, steps):
     """theta_t for t = 0..steps with Adam on the mean of every worker's gradient."""
-    theta, state, thetas = theta0.copy(), AdamState.zeros(N), [theta0.copy()]
+    theta, state, thetas = theta0.copy(), OptimizerState.zeros(N), [theta0.copy()]
     for t in range(steps):
         mean = np.mean([grad_of(w, t) for w in workers], axis=0, dtype=np.float32)
         adam_update(theta, mean, state, lr=cfg.train.lr, beta1=cfg.adam.beta1,

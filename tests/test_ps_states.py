@@ -29,7 +29,7 @@ from dba3c.distributed.wire import (
     Tag,
     framed_size,
 )
-from dba3c.learning.rules import AdamState, adam_update
+from dba3c.learning.rules import OptimizerState, adam_update
 
 from test_protocol import N, PostedReceives, grad_of, make_cfg
 
@@ -79,7 +79,7 @@ def bye(world: list[InProcessTransport], worker: int) -> None:
 
 def expected_theta(cfg: Config, steps: int) -> np.ndarray:
     """theta after ``steps`` Adam updates on the mean gradient of both workers."""
-    theta, state = np.linspace(-1, 1, N).astype(np.float32), AdamState.zeros(N)
+    theta, state = np.linspace(-1, 1, N).astype(np.float32), OptimizerState.zeros(N)
     for t in range(steps):
         mean = np.mean([grad_of(w, t) for w in WORKERS], axis=0, dtype=np.float32)
         adam_update(theta, mean, state, lr=cfg.train.lr, beta1=cfg.adam.beta1,
@@ -125,7 +125,7 @@ def test_stop_freezes_until_stop_at_and_the_last_update_is_marked_final():
         assert (start_params.final, last.version, last.final, done.is_done) == (
             False, 1, True, True)
     (state,) = sent_to(world[CHIEF], StateMsg, StateMsg.size(N))
-    assert (state.version, state.adam_count, state.final) == (1, 1, True)
+    assert (state.version, state.opt_count, state.final) == (1, 1, True)
     np.testing.assert_allclose(state.theta_shard, expected_theta(cfg, 1), rtol=1e-6)
     bye(world, 2)
     ps.poll(0.0)

@@ -383,8 +383,8 @@ def test_the_emulated_cluster_needs_root(monkeypatch):
 
 
 def test_bench_scale_refuses_without_root_and_writes_nothing(tmp_path, monkeypatch, capsys):
-    from dba3c.cli import main
     from dba3c.benchmarks import emulated
+    from dba3c.cli import main
 
     monkeypatch.setattr(emulated.os, "geteuid", lambda: 1000)
     docs = tmp_path / "benchmarks.md"
@@ -398,8 +398,8 @@ def test_bench_scale_refuses_without_root_and_writes_nothing(tmp_path, monkeypat
 
 
 def test_bench_scale_says_where_it_wrote(tmp_path, monkeypatch, capsys):
-    from dba3c.cli import main
     from dba3c.benchmarks.scale import cluster as scale
+    from dba3c.cli import main
 
     written = []
 
@@ -658,9 +658,9 @@ def test_a_point_past_its_time_limit_is_ended_with_its_ranks(monkeypatch):
 
 def test_an_interrupt_ends_the_running_point_and_keeps_the_points_so_far(tmp_path, monkeypatch,
                                                                          capsys):
-    from dba3c.cli import main
     from dba3c.benchmarks import proctree
     from dba3c.benchmarks.scale import cluster as scale
+    from dba3c.cli import main
 
     trees = []
 

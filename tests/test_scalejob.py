@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from dba3c.benchmarks.proctree import TIMED_OUT, Interrupt
+from dba3c.benchmarks.scale import cluster as scale
 from dba3c.benchmarks.scale.cluster import (
     PointPlan,
     ScalePoint,
@@ -34,7 +35,6 @@ from dba3c.distributed.collective.ranks import sit_out_collective_run
 from dba3c.distributed.transport import InProcessTransport, TransportView
 from dba3c.errors import Interrupted
 from dba3c.games.envs import env_spaces, spaces_key
-from dba3c.benchmarks.scale import cluster as scale
 from dba3c.launchers.local import find_mpiexec, launch_environment
 
 from conftest import ROOT, read_jsonl

@@ -42,7 +42,7 @@ from dba3c.distributed.watchdog import StallClock, query_lead, stalled_ranks
 from dba3c.errors import TrainingError
 from dba3c.learning.models import NetSpec
 from dba3c.learning.params import layer_buckets
-from dba3c.learning.rules import AdamState
+from dba3c.learning.rules import OptimizerState
 
 from conftest import ROOT, dba3c, latest_checkpoint, read_jsonl
 from test_protocol import FakeChief, N, grad_of, make_cfg, send_final_report
@@ -144,7 +144,7 @@ def stall_in_process(worker_fn, max_steps: int) -> tuple[str, float]:
     transports = InProcessTransport.create_world(5)
     t0 = time.monotonic()  # the watchdog's clock starts with the link
     link = ChiefLink(transports[0], roles, cfg, FakeChief(), N)
-    link.send_init(0, np.zeros(N, np.float32), AdamState.zeros(N))
+    link.send_init(0, np.zeros(N, np.float32), OptimizerState.zeros(N))
 
     def until_aborted(fn, *args) -> None:
         try:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import time
 
 from dba3c.config import Config
+from dba3c.core import Transport
 from dba3c.distributed.mailbox import Sender, ShardFeed
 from dba3c.distributed.roles import Roles, make_shard_plan
-from dba3c.distributed.transport import Transport, wait_until
+from dba3c.distributed.transport import wait_until
 from dba3c.distributed.wire import END, EvalMsg, Tag
 from dba3c.learning.models import NetSpec
 

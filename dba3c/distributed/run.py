@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dba3c.config import Config, is_atari, validate
-from dba3c.core import Params
+from dba3c.core import Params, Transport
 from dba3c.distributed.collective.ranks import run_collective_rank
 from dba3c.distributed.evaluator import run_evaluator
 from dba3c.distributed.mailbox import Sender
@@ -16,7 +16,7 @@ from dba3c.distributed.ps.chief_link import ChiefLink
 from dba3c.distributed.ps.client import RemoteParameterClient
 from dba3c.distributed.ps.server import run_ps
 from dba3c.distributed.roles import Roles, make_roles, staged_steps
-from dba3c.distributed.transport import Transport, wait_until
+from dba3c.distributed.transport import wait_until
 from dba3c.distributed.wire import ReportMsg
 from dba3c.errors import TrainingError, UserError
 from dba3c.learning.models import NetSpec
@@ -96,7 +96,7 @@ def run_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec) -> None:
     chief = Chief(cfg, start.ckpt, spec.layout(), roles.num_workers)
     chief.install_signal_handlers()
     link = ChiefLink(t, roles, cfg, chief, spec.layout().num_params)
-    link.send_init(start.step, start.theta, start.adam)
+    link.send_init(start.step, start.theta, start.opt_state)
     try:
         if 0 in roles.workers:
             run_worker(t, roles, cfg, spec, link, chief)

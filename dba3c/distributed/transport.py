@@ -1,4 +1,4 @@
-"""Messaging between ranks: one small interface, two implementations.
+"""Messaging between ranks: two implementations of :class:`dba3c.core.Transport`.
 
 The parameter-server protocol (``dba3c.distributed``) needs only nonblocking sends and
 receives of NumPy buffers with an integer tag, polled with :meth:`Request.test`. Collective
@@ -27,9 +27,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
+
+from dba3c.core import Collectives, Request, Transport
 
 ANY_SOURCE = -1
 # The final barrier's tag: above the protocol's (dba3c.distributed, 1-9), within MPI's
@@ -39,56 +41,6 @@ BARRIER_TAG = 32000
 # number (modulo RUN_TAG_CYCLE), so they stay below BARRIER_TAG
 TAGS_PER_RUN = 16
 RUN_TAG_CYCLE = BARRIER_TAG // TAGS_PER_RUN - 1
-
-
-class Request(Protocol):
-    """A pending send or receive."""
-
-    def test(self) -> bool:
-        """True once the operation has completed (the buffer may then be reused)."""
-
-
-class Transport(Protocol):
-    """A world of ``size`` ranks; this is rank ``rank``."""
-
-    rank: int
-    size: int
-
-    def isend(self, buf: np.ndarray, dest: int, tag: int) -> Request:
-        """Start sending ``buf`` (keep it unchanged until the request completes)."""
-
-    def irecv(self, buf: np.ndarray, source: int, tag: int) -> Request:
-        """Start receiving into ``buf`` from ``source`` (or ANY_SOURCE)."""
-
-    def abort(self, code: int) -> None:
-        """End the whole world now with a non-zero exit code."""
-
-    def split(self, member: bool) -> Collectives | None:
-        """Called by every rank of the world at the same point: the group of the ranks that
-        pass ``member`` (in world-rank order), or None for the others."""
-
-
-class Collectives(Protocol):
-    """Nonblocking collectives on a group of ``size`` ranks; this is group rank ``rank``.
-
-    Every member starts the same operations in the same order; ``counts[r]`` is group rank
-    r's part of a vector split in contiguous parts. Keep the buffers unchanged (send) and
-    unread (receive) until the request completes.
-    """
-
-    rank: int
-    size: int
-
-    def ireduce_scatter(self, send: np.ndarray, recv: np.ndarray,
-                        counts: Sequence[int]) -> Request:
-        """recv [counts[rank]] = this rank's part of the elementwise sum of every send."""
-
-    def iallreduce(self, send: np.ndarray, recv: np.ndarray) -> Request:
-        """recv = the elementwise sum of every member's send (same shape)."""
-
-    def iallgather(self, send: np.ndarray, recv: np.ndarray,
-                   counts: Sequence[int]) -> Request:
-        """recv [sum(counts)] = every member's send [counts[r]], in group-rank order."""
 
 
 def offsets(counts: Sequence[int]) -> list[int]:

@@ -32,7 +32,7 @@ from dba3c.learning.params import ShardPlan
 from dba3c.training.report import VECTOR_SIZE, WorkerReport
 
 if TYPE_CHECKING:
-    from dba3c.learning.rules import AdamState
+    from dba3c.learning.rules import OptimizerState
 
 HEADER = 8  # float32 slots = 4 int64
 END = -1  # the version (or step) of BYE, DONE and the evaluator's last message
@@ -172,7 +172,7 @@ class StateMsg:
     TAG: ClassVar[Tag] = Tag.STATE
     DTYPE: ClassVar[type[np.generic]] = np.float32
     version: int
-    adam_count: int
+    opt_count: int
     final: bool
     theta_shard: np.ndarray
     m_shard: np.ndarray
@@ -185,7 +185,7 @@ class StateMsg:
 
     def encode(self) -> np.ndarray:
         """Header (version, adam count, final), payload theta, m, v."""
-        return _frame((self.version, self.adam_count, int(self.final)), self.theta_shard,
+        return _frame((self.version, self.opt_count, int(self.final)), self.theta_shard,
                       self.m_shard, self.v_shard)
 
     @classmethod
@@ -196,7 +196,7 @@ class StateMsg:
         return cls(version, count, bool(final), theta, m, v)
 
     @classmethod
-    def start_shards(cls, step: int, theta: np.ndarray, adam: AdamState,
+    def start_shards(cls, step: int, theta: np.ndarray, adam: OptimizerState,
                      plan: ShardPlan) -> list[StateMsg]:
         """The start state (theta and the optimizer's whole state) cut into one message per
         shard of ``plan``."""

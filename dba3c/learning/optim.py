@@ -1,11 +1,12 @@
 """The parameter servers' update rule on a flat shard: Adam or RMSProp, at a scheduled rate.
 
-:func:`optimizer_update` is the one call that changes parameters (``core.ShardServer`` makes
-it for every shard, in every mode). It picks the learning rate for the global step
+:func:`optimizer_update` is the one call that changes parameters (:func:`apply_update` makes it for
+every shard server and the single-process store). It picks the learning rate for the global step
 (:func:`learning_rate`) and applies :func:`dba3c.learning.rules.adam_update` or
 :func:`rmsprop_update`.
 
-Both rules keep their statistics in the same shard state, :class:`dba3c.learning.rules.AdamState`
+Both rules keep their statistics in the same shard state,
+:class:`dba3c.learning.rules.OptimizerState`
 (two float32 arrays and an update count), so checkpoints and the parameter servers' messages
 have one shape whatever the optimizer:
 
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dba3c.config import AdamConfig, Config, RMSPropConfig
-from dba3c.learning.rules import AdamState, adam_update
+from dba3c.learning.rules import OptimizerState, adam_update, rmsprop_update
 
 
 @dataclass(frozen=True)
@@ -68,45 +69,7 @@ def learning_rate(lr: float, schedule: str, step: int, max_steps: int) -> float:
     raise ValueError(f"unknown learning-rate schedule {schedule!r}")
 
 
-def rmsprop_update(theta_shard: np.ndarray, g_shard: np.ndarray, state: AdamState, *,
-                   lr: float, alpha: float, epsilon: float,
-                   scratch: np.ndarray | None = None) -> None:
-    """One non-centered RMSProp step in place, as A3C and PAAC define it:
-
-        g_t     = alpha * g_{t-1} + (1 - alpha) * dtheta^2       (state.v_shard; starts at 0)
-        theta_t = theta_{t-1} - (lr * dtheta) / sqrt(g_t + epsilon)
-
-    epsilon sits INSIDE the square root, as in the A3C/PAAC papers, TF1's
-    ``RMSPropOptimizer`` and Keras 3's ``tf.keras.optimizers.RMSprop`` (``rho`` = alpha,
-    ``momentum=0``, ``centered=False``); PyTorch and Keras 2 add it OUTSIDE,
-    ``/ (sqrt(g_t) + epsilon)``, which agrees only as epsilon -> 0 (with PAAC's 0.1 the step
-    differs a lot while g_t is small). TF1 started the mean square at 1; here it starts at 0,
-    like Keras and PyTorch. No momentum.
-    Every operation writes into ``scratch`` or the state in the order written above, so the
-    result is bit-identical to evaluating the formulas with float32 temporaries.
-
-    Args:
-      theta_shard: float32 [n], updated in place.
-      g_shard: float32 [n], the (averaged) gradient dtheta.
-      state: the shard's statistics; ``v_shard`` (the mean square) is updated in place,
-        ``m_shard`` is not used, ``count`` is incremented.
-      scratch: float32 [2, n] work space reused across calls (allocated when None).
-    """
-    v = state.v_shard
-    a, b = np.empty((2, v.size), np.float32) if scratch is None else scratch
-    v *= np.float32(alpha)
-    np.square(g_shard, out=a)
-    a *= np.float32(1.0 - alpha)
-    v += a
-    np.add(v, np.float32(epsilon), out=b)
-    np.sqrt(b, out=b)
-    np.multiply(np.float32(lr), g_shard, out=a)
-    a /= b
-    theta_shard -= a
-    state.count += 1
-
-
-def optimizer_update(theta_shard: np.ndarray, g_shard: np.ndarray, state: AdamState,
+def optimizer_update(theta_shard: np.ndarray, g_shard: np.ndarray, state: OptimizerState,
                      optimizer: Optimizer, *, step: int,
                      scratch: np.ndarray | None = None) -> None:
     """Apply ``optimizer`` to one shard in place, as the update from global step ``step``.
@@ -130,3 +93,17 @@ def optimizer_update(theta_shard: np.ndarray, g_shard: np.ndarray, state: AdamSt
                        scratch=scratch)
     else:
         raise ValueError(f"unknown optimizer kind {optimizer.kind!r}")
+
+
+def apply_update(theta_shard: np.ndarray, g_shard: np.ndarray, state: OptimizerState,
+                 optimizer: Optimizer, *, step: int, scratch: np.ndarray | None = None) -> bool:
+    """:func:`optimizer_update` unless ``g_shard`` has a non-finite element, in which case
+    parameters and statistics stay as they are. True when the update was applied.
+
+    Every store of parameters (the shard servers, the single-process store) changes them
+    through this function, so a non-finite gradient is skipped alike everywhere.
+    """
+    if not np.isfinite(g_shard).all():
+        return False
+    optimizer_update(theta_shard, g_shard, state, optimizer, step=step, scratch=scratch)
+    return True

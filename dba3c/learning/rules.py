@@ -1,8 +1,9 @@
-"""Adam on a flat parameter shard: a pure NumPy function, the TensorFlow/Keras formula.
+"""The update rules on a flat parameter shard: Adam and RMSProp, pure NumPy functions.
 
-Each parameter server owns a contiguous slice of the flat parameter vector and the matching
-slices of Adam's moments. Adam is elementwise, so updating shards separately and concatenating
-equals updating the whole vector; :func:`adam_update` is all a shard needs.
+Each shard server owns a contiguous slice of the flat parameter vector and the matching
+slices of the rule's statistics (:class:`OptimizerState`). Both rules are elementwise, so
+updating shards separately and concatenating equals updating the whole vector.
+:func:`dba3c.learning.optim.optimizer_update` picks the rule and the rate.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ import numpy as np
 
 
 @dataclass
-class AdamState:
-    """Adam's moments for one shard and the number of updates applied so far.
+class OptimizerState:
+    """An update rule's statistics for one shard, and the number of updates applied so far.
 
     m_shard, v_shard: float32 [n]. count: updates applied (Keras' ``iterations``).
-    RMSProp uses the same state: its mean square in ``v_shard``, ``m_shard`` unused
-    (:mod:`dba3c.learning.optim`).
+    Adam keeps its first and second moments in them; RMSProp its mean square in ``v_shard``,
+    ``m_shard`` unused (:mod:`dba3c.learning.optim`).
     """
 
     m_shard: np.ndarray
@@ -26,12 +27,12 @@ class AdamState:
     count: int = 0
 
     @classmethod
-    def zeros(cls, n: int) -> AdamState:
+    def zeros(cls, n: int) -> OptimizerState:
         """Fresh state for a shard of ``n`` parameters."""
         return cls(np.zeros(n, np.float32), np.zeros(n, np.float32), 0)
 
 
-def adam_update(theta_shard: np.ndarray, g_shard: np.ndarray, state: AdamState, *,
+def adam_update(theta_shard: np.ndarray, g_shard: np.ndarray, state: OptimizerState, *,
                 lr: float, beta1: float, beta2: float, epsilon: float,
                 scratch: np.ndarray | None = None) -> None:
     """One Adam step in place, as ``tf.keras.optimizers.Adam`` computes it.
@@ -68,3 +69,41 @@ def adam_update(theta_shard: np.ndarray, g_shard: np.ndarray, state: AdamState, 
     a /= b
     theta_shard -= a
     state.count = t
+
+
+def rmsprop_update(theta_shard: np.ndarray, g_shard: np.ndarray, state: OptimizerState, *,
+                   lr: float, alpha: float, epsilon: float,
+                   scratch: np.ndarray | None = None) -> None:
+    """One non-centered RMSProp step in place, as A3C and PAAC define it:
+
+        g_t     = alpha * g_{t-1} + (1 - alpha) * dtheta^2       (state.v_shard; starts at 0)
+        theta_t = theta_{t-1} - (lr * dtheta) / sqrt(g_t + epsilon)
+
+    epsilon sits INSIDE the square root, as in the A3C/PAAC papers, TF1's
+    ``RMSPropOptimizer`` and Keras 3's ``tf.keras.optimizers.RMSprop`` (``rho`` = alpha,
+    ``momentum=0``, ``centered=False``); PyTorch and Keras 2 add it OUTSIDE,
+    ``/ (sqrt(g_t) + epsilon)``, which agrees only as epsilon -> 0 (with PAAC's 0.1 the step
+    differs a lot while g_t is small). TF1 started the mean square at 1; here it starts at 0,
+    like Keras and PyTorch. No momentum.
+    Every operation writes into ``scratch`` or the state in the order written above, so the
+    result is bit-identical to evaluating the formulas with float32 temporaries.
+
+    Args:
+      theta_shard: float32 [n], updated in place.
+      g_shard: float32 [n], the (averaged) gradient dtheta.
+      state: the shard's statistics; ``v_shard`` (the mean square) is updated in place,
+        ``m_shard`` is not used, ``count`` is incremented.
+      scratch: float32 [2, n] work space reused across calls (allocated when None).
+    """
+    v = state.v_shard
+    a, b = np.empty((2, v.size), np.float32) if scratch is None else scratch
+    v *= np.float32(alpha)
+    np.square(g_shard, out=a)
+    a *= np.float32(1.0 - alpha)
+    v += a
+    np.add(v, np.float32(epsilon), out=b)
+    np.sqrt(b, out=b)
+    np.multiply(np.float32(lr), g_shard, out=a)
+    a /= b
+    theta_shard -= a
+    state.count += 1

@@ -31,7 +31,7 @@ from dba3c.config import Config, apply_overrides, from_dict
 from dba3c.errors import UserError
 from dba3c.learning.models import NetSpec
 from dba3c.learning.params import ParamLayout
-from dba3c.learning.rules import AdamState
+from dba3c.learning.rules import OptimizerState
 from dba3c.training.rundir import RunDir, atomic_file, remove_stale_temporaries
 
 MAGIC = b"DBA3C-CHECKPOINT-1\n"
@@ -233,7 +233,7 @@ class StartState:
 
     step: int
     theta: np.ndarray
-    adam: AdamState
+    opt_state: OptimizerState
     ckpt: Checkpoint | None
 
 
@@ -243,7 +243,7 @@ def load_start(cfg: Config, spec: NetSpec) -> StartState:
     layout = spec.layout()
     if ckpt is None:
         return StartState(0, spec.init_params(cfg.run.seed, cfg.model.init),
-                          AdamState.zeros(layout.num_params), None)
+                          OptimizerState.zeros(layout.num_params), None)
     check_layout(ckpt, cfg, layout, f"in {cfg.run.dir}",
                  "use the run's own config or a new run.dir")
     # m and v hold Adam's moments or RMSProp's mean square: another rule would misread them
@@ -253,4 +253,5 @@ def load_start(cfg: Config, spec: NetSpec) -> StartState:
                         f"optim.kind={kind}, not of optim.kind={cfg.optim.kind}; resume with "
                         f"optim.kind={kind} or use a new run.dir")
     return StartState(ckpt.step, ckpt.theta.copy(),
-                      AdamState(ckpt.adam_m.copy(), ckpt.adam_v.copy(), ckpt.adam_count), ckpt)
+                      OptimizerState(ckpt.adam_m.copy(), ckpt.adam_v.copy(), ckpt.adam_count),
+                      ckpt)

@@ -11,18 +11,50 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
+
 from dba3c.config import Config, is_atari, load_config
-from dba3c.core import LocalParameterServer, Params
+from dba3c.core import Params
 from dba3c.errors import UserError, exit_code
 from dba3c.games.envs import EnvPool, env_spaces, make_env_pool
 from dba3c.learning.models import NetSpec, make_net_spec
-from dba3c.learning.optim import make_optimizer
+from dba3c.learning.optim import Optimizer, apply_update, make_optimizer
+from dba3c.learning.rules import OptimizerState
 from dba3c.training import checkpoint
 from dba3c.training.chief import Chief
 from dba3c.training.metrics import next_steps
 from dba3c.training.profiling import WorkerLaps
 from dba3c.training.report import WorkerReport
 
+
+class LocalParameterServer:
+    """The whole parameter vector in this process: the single-node trainer's
+    :class:`~dba3c.core.ParameterClient`. Every gradient is applied as it comes (through
+    :func:`~dba3c.learning.optim.apply_update`, which skips a non-finite one)."""
+
+    def __init__(self, theta: np.ndarray, opt_state: OptimizerState, version: int,
+                 optimizer: Optimizer):
+        self.theta, self.opt_state, self.version = theta, opt_state, version
+        self.optimizer = optimizer
+        self.nonfinite_streak = self.nonfinite_skipped = 0
+        self._scratch = np.empty((2, theta.size), np.float32)
+
+    def pull(self) -> Params:
+        """The current parameters."""
+        return Params(self.version, self.theta.copy())
+
+    def push(self, version: int, grad: np.ndarray) -> Params:
+        """Apply the optimizer to ``grad`` (computed at ``version``, the current one) and
+        return the next parameters."""
+        assert version == self.version, "one process trains on the parameters it was given"
+        if apply_update(self.theta, grad, self.opt_state, self.optimizer, step=self.version,
+                        scratch=self._scratch):
+            self.nonfinite_streak = 0
+        else:
+            self.nonfinite_streak += 1
+            self.nonfinite_skipped += 1
+        self.version += 1
+        return Params(self.version, self.theta.copy(), self.nonfinite_streak)
 
 def make_pool_and_spec(cfg: Config) -> tuple[EnvPool, NetSpec]:
     """The training simulators and the network for their spaces."""
@@ -70,7 +102,7 @@ def train_single(cfg: Config, laps: WorkerLaps | None = None) -> dict:
         if pool is not None:
             pool.close()
         raise
-    store = LocalParameterServer(start.theta, start.adam, start.step, make_optimizer(cfg))
+    store = LocalParameterServer(start.theta, start.opt_state, start.step, make_optimizer(cfg))
     chief = Chief(cfg, start.ckpt, spec.layout(), num_workers=1)
     chief.install_signal_handlers()
     evaluator = None
@@ -80,13 +112,12 @@ def train_single(cfg: Config, laps: WorkerLaps | None = None) -> dict:
     worker = Worker(cfg, 0, Learner(spec, cfg.train, start.theta), pool, laps)
 
     def save(step: int) -> None:
-        shard = store.shard
-        chief.save_checkpoint(step, [shard.theta_shard], [shard.adam.m_shard],
-                              [shard.adam.v_shard], shard.adam.count)
+        chief.save_checkpoint(step, [store.theta], [store.opt_state.m_shard],
+                              [store.opt_state.v_shard], store.opt_state.count)
 
     def after_step(params: Params, report: WorkerReport) -> bool:
         chief.worker_report(0, report)
-        chief.extra["train/nonfinite_skipped"] = store.shard.stats.nonfinite_skipped
+        chief.extra["train/nonfinite_skipped"] = store.nonfinite_skipped
         chief.on_step(params.version)
         if chief.checkpoint_due(params.version):
             save(params.version)
@@ -97,8 +128,8 @@ def train_single(cfg: Config, laps: WorkerLaps | None = None) -> dict:
 
     try:
         worker.train(store, after_step)
-        if store.shard.version > chief.start_step:
-            save(store.shard.version)
+        if store.version > chief.start_step:
+            save(store.version)
     finally:
         if evaluator is not None:
             evaluator.stop()

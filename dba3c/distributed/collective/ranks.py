@@ -4,7 +4,8 @@ parameter servers.
 The W training ranks form a group (:meth:`~dba3c.distributed.transport.Transport.split`; an
 evaluator rank
 stays out). Group rank w owns shard w of the flat parameter vector
-(``shard_bounds(num_params, W)``) and its Adam state, in a :class:`~dba3c.core.ShardServer`.
+(``shard_bounds(num_params, W)``) and its Adam state, in a
+:class:`~dba3c.distributed.shard.ShardServer`.
 One synchronous step t, in :meth:`CollectiveClient.push`:
 
   1. a reduce-scatter of the gradients (sum; each rank receives its shard's part) and, in
@@ -49,12 +50,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dba3c.config import Config, DistConfig, TrainConfig
-from dba3c.core import EvalSchedule, Params, ShardServer
+from dba3c.core import Collectives, Params, Request, Transport
 from dba3c.distributed.mailbox import Inbox, Sender, receive_one
 from dba3c.distributed.ps.chief_link import ChiefInbox, save_shards
 from dba3c.distributed.ps.server import make_shard, state_message
 from dba3c.distributed.roles import Roles, make_shard_plan, overlaps
-from dba3c.distributed.transport import Collectives, Request, Transport, collective_wait, wait_until
+from dba3c.distributed.shard import ShardServer
+from dba3c.distributed.transport import collective_wait, wait_until
 from dba3c.distributed.watchdog import StallClock
 from dba3c.distributed.wire import (
     END,
@@ -67,9 +69,10 @@ from dba3c.distributed.wire import (
     Tag,
 )
 from dba3c.errors import TrainingError
+from dba3c.games.schedule import EvalSchedule
 from dba3c.learning.models import NetSpec
 from dba3c.learning.params import ShardPlan
-from dba3c.learning.rules import AdamState
+from dba3c.learning.rules import OptimizerState
 from dba3c.training.checkpoint import checkpoint_due
 from dba3c.training.report import WorkerReport
 from dba3c.training.worker import AfterStep, Worker
@@ -285,7 +288,7 @@ class CollectiveChiefLink:
         self.answers: dict[int, int] = {}  # rank -> its step, answering the last QUERY
         self.step = chief.start_step
 
-    def send_start(self, step: int, theta: np.ndarray, adam: AdamState) -> ShardServer:
+    def send_start(self, step: int, theta: np.ndarray, adam: OptimizerState) -> ShardServer:
         """Hand every other training rank its shard of the start state; the chief's own."""
         own = None
         states = StateMsg.start_shards(step, theta, adam, self.plan)
@@ -452,7 +455,7 @@ def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
     chief.extra["dist/replicas"] = roles.num_workers
     plan = make_shard_plan(cfg, spec.layout(), group.size)
     link = CollectiveChiefLink(t, roles, cfg, chief, plan)
-    shard = link.send_start(start.step, start.theta, start.adam)
+    shard = link.send_start(start.step, start.theta, start.opt_state)
     client = CollectiveClient(group, shard, plan, cfg.train, chief=True,
                               wants_stop=lambda: chief.stop_reason is not None, idle=link.poll,
                               max_sleep_s=cfg.dist.collective_poll_s)

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dba3c.config import Config
+from dba3c.core import Transport
 from dba3c.distributed.mailbox import Inbox, Sender
 from dba3c.distributed.roles import Roles
-from dba3c.distributed.transport import ANY_SOURCE, Transport
+from dba3c.distributed.transport import ANY_SOURCE
 from dba3c.distributed.watchdog import StallClock, stalled_ranks
 from dba3c.distributed.wire import (
     END,
@@ -24,7 +25,7 @@ from dba3c.distributed.wire import (
 )
 from dba3c.errors import TrainingError
 from dba3c.learning.params import ShardPlan
-from dba3c.learning.rules import AdamState
+from dba3c.learning.rules import OptimizerState
 
 if TYPE_CHECKING:
     from dba3c.training.chief import Chief
@@ -67,7 +68,7 @@ def save_shards(chief: Chief, plan: ShardPlan, ordered: list[StateMsg]) -> None:
         chief.save_checkpoint(version, plan.flat_chunks([s.theta_shard for s in ordered]),
                               plan.flat_chunks([s.m_shard for s in ordered]),
                               plan.flat_chunks([s.v_shard for s in ordered]),
-                              ordered[0].adam_count)
+                              ordered[0].opt_count)
 
 
 class ChiefLink:
@@ -94,7 +95,7 @@ class ChiefLink:
         self.frozen: dict[int, int] = {}
         self.stop_sent = self.stop_at_sent = False
 
-    def send_init(self, step: int, theta: np.ndarray, adam: AdamState) -> None:
+    def send_init(self, step: int, theta: np.ndarray, adam: OptimizerState) -> None:
         """Hand every PS its shard of the starting parameters and Adam state."""
         for p, state in zip(self.roles.ps, StateMsg.start_shards(step, theta, adam, self.plan)):
             self.sender.post(state, [p])

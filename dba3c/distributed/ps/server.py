@@ -4,7 +4,8 @@
     RUNNING --train.max_steps, or STOP (async)----------------------------> FINISHED
     FINISHED --every worker said BYE and every send completed--> DRAINED
 
-RUNNING and STOP_AT apply gradients (:class:`~dba3c.core.ShardServer` does the math) and
+RUNNING and STOP_AT apply gradients (:class:`~dba3c.distributed.shard.ShardServer` does the math)
+and
 answer each update with the new parameters; FROZEN leaves gradients queued until the chief
 names the version every shard stops at; FINISHED has sent its final state and DONE and only
 drains gradients, so no message is left in flight; DRAINED ends the rank's loop.
@@ -19,11 +20,12 @@ from enum import Enum
 import numpy as np
 
 from dba3c.config import Config
-from dba3c.core import EvalSchedule, ShardServer
+from dba3c.core import Transport
 from dba3c.distributed.mailbox import Inbox, Sender, receive_one
 from dba3c.distributed.pacing import ReplyPacer
 from dba3c.distributed.roles import Roles
-from dba3c.distributed.transport import ANY_SOURCE, Transport
+from dba3c.distributed.shard import ShardServer
+from dba3c.distributed.transport import ANY_SOURCE
 from dba3c.distributed.wire import (
     END,
     Command,
@@ -36,9 +38,10 @@ from dba3c.distributed.wire import (
     Tag,
     framed_size,
 )
+from dba3c.games.schedule import EvalSchedule
 from dba3c.learning.optim import make_optimizer
 from dba3c.learning.params import shard_bounds
-from dba3c.learning.rules import AdamState
+from dba3c.learning.rules import OptimizerState
 
 FROZEN_POLL_S = 1e-4  # a frozen PS only waits for the chief's STOP_AT
 # Gradient receives a parameter server keeps posted (from any worker): one per worker would
@@ -49,15 +52,15 @@ GRAD_RECEIVES = 8
 def make_shard(state: StateMsg, cfg: Config, *, mode: str, replicas: int) -> ShardServer:
     """The :class:`ShardServer` a shard state describes, with the configured optimizer."""
     return ShardServer(state.theta_shard.copy(),
-                       AdamState(state.m_shard.copy(), state.v_shard.copy(), state.adam_count),
+                       OptimizerState(state.m_shard.copy(), state.v_shard.copy(), state.opt_count),
                        state.version, mode=mode, replicas=replicas,
                        optimizer=make_optimizer(cfg))
 
 
 def state_message(shard: ShardServer, final: bool) -> StateMsg:
     """A shard's state (theta, Adam's m and v) as a parameter server sends it to the chief."""
-    return StateMsg(shard.version, shard.adam.count, final, shard.theta_shard,
-                    shard.adam.m_shard, shard.adam.v_shard)
+    return StateMsg(shard.version, shard.opt_state.count, final, shard.theta_shard,
+                    shard.opt_state.m_shard, shard.opt_state.v_shard)
 
 
 class PsState(Enum):

@@ -1,0 +1,91 @@
+"""One shard of the parameters and the paper's aggregation rules, without I/O.
+
+A parameter server (:mod:`dba3c.distributed.ps.server`) and a training rank in collective
+aggregation (:mod:`dba3c.distributed.collective.client`) each hold one :class:`ShardServer`;
+the messages around it are theirs, the arithmetic is here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dba3c.learning.optim import Optimizer, apply_update
+from dba3c.learning.rules import OptimizerState
+
+
+@dataclass
+class ShardStats:
+    """Counters of one shard server."""
+
+    applied: int = 0
+    dropped_late: int = 0
+    nonfinite_skipped: int = 0
+    staleness: list[int] = field(default_factory=list)  # async: versions behind, per apply
+
+
+class ShardServer:
+    """The optimizer on one contiguous shard, with the paper's aggregation rules.
+
+    sync: gradients for step t are those computed at version t; the first ``replicas`` of
+    them are averaged and applied (version t -> t+1); later ones for older versions are
+    dropped and counted. async: every gradient is applied on arrival; its staleness
+    (version now - version it was computed at) is recorded.
+    A non-finite mean gradient is not applied: parameters and optimizer state stay as they
+    are, the version still advances, and the streak of such skips is counted. The sync sum
+    is kept in float64, so the mean (rounded once to float32) does not depend on the order
+    in which the workers' gradients arrived.
+
+    ``optimizer`` (:func:`dba3c.learning.optim.make_optimizer`) is the update rule and its schedule;
+    the step it sees is the shard's version. ``opt_state`` holds the rule's statistics,
+    Adam's or RMSProp's (see :mod:`dba3c.learning.optim`).
+    """
+
+    def __init__(self, theta_shard: np.ndarray, opt_state: OptimizerState, version: int, *,
+                 mode: str, replicas: int, optimizer: Optimizer):
+        self.theta_shard, self.opt_state, self.version = theta_shard, opt_state, version
+        self.mode, self.replicas, self.optimizer = mode, replicas, optimizer
+        # only a shard that averages several gradients per step needs a running sum
+        n = theta_shard.size if mode == "sync" and replicas > 1 else 0
+        self._sum, self._mean = np.zeros(n, np.float64), np.empty(n, np.float32)
+        self._count = 0
+        self._scratch = np.empty((2, theta_shard.size), np.float32)
+        self.nonfinite_streak = 0
+        self.stats = ShardStats()
+
+    def offer(self, grad_version: int, g_shard: np.ndarray) -> bool:
+        """Hand in a gradient computed at ``grad_version``; True when an update was applied
+        (the version advanced)."""
+        if self.mode == "async":
+            self.stats.staleness.append(self.version - grad_version)
+            self._apply(g_shard)
+            return True
+        if grad_version < self.version:
+            self.stats.dropped_late += 1
+            return False
+        if grad_version > self.version:
+            raise RuntimeError(f"gradient for version {grad_version} arrived at a shard at "
+                               f"version {self.version}: protocol violated")
+        if self.replicas == 1:  # the mean of one gradient is itself: no copy into the sum
+            self._apply(g_shard)
+            return True
+        self._sum += g_shard
+        self._count += 1
+        if self._count < self.replicas:
+            return False
+        np.divide(self._sum, self._count, out=self._mean, casting="same_kind")
+        self._apply(self._mean)
+        self._sum[:] = 0.0
+        self._count = 0
+        return True
+
+    def _apply(self, g_shard: np.ndarray) -> None:
+        if apply_update(self.theta_shard, g_shard, self.opt_state, self.optimizer,
+                        step=self.version, scratch=self._scratch):
+            self.nonfinite_streak = 0
+            self.stats.applied += 1
+        else:
+            self.nonfinite_streak += 1
+            self.stats.nonfinite_skipped += 1
+        self.version += 1
