@@ -177,10 +177,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_describe(args: argparse.Namespace) -> int:
     """``dba3c describe``: what a run would be, without running it."""
-    from dba3c.config import dump_yaml, load_config
+    from dba3c.config import dump_yaml
     from dba3c.distributed.roles import make_roles, required_world_size
     from dba3c.games.envs import env_spaces
     from dba3c.learning.models import make_net_spec
+    from dba3c.preset import load_config
 
     cfg = load_config(args.config, args.overrides)
     spec = make_net_spec(cfg.model, *env_spaces(cfg))
@@ -279,7 +280,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from dba3c.benchmarks.node import bench_command, long_command, profile_command
-    from dba3c.config import load_config
+    from dba3c.preset import load_config
 
     load_config(args.config, args.overrides)  # refuse bad input before minutes of work
     modes = [f"--{m}" for m in ("scale", "long", "profile") if getattr(args, m) not in

@@ -375,18 +375,9 @@ def num_shards_error(num_ps: int, num_params: int) -> str | None:
             f"(every parameter server needs a non-empty shard)")
 
 
-def num_params_of(cfg: Config) -> int:
-    """The parameter count of the configured network (no TensorFlow: the pure layout)."""
-    from dba3c.games.envs import env_spaces
-    from dba3c.learning.models import make_net_spec
-
-    return make_net_spec(cfg.model, *env_spaces(cfg)).layout().num_params
-
-
 def _cross_field_errors(cfg: Config) -> list[str]:
-    """Rules that involve more than one key."""
-    from dba3c.learning.models import min_frame_size
-
+    """Rules that involve more than one key (those that need the network, the simulator or
+    the score tables are :func:`dba3c.preset.world_errors`)."""
     errors = []
     if cfg.env.batch_size > cfg.env.num_envs:
         errors.append(f"env.batch_size={cfg.env.batch_size} must be <= env.num_envs="
@@ -398,18 +389,11 @@ def _cross_field_errors(cfg: Config) -> list[str]:
     elif not atari and cfg.model.kind != "mlp":
         errors.append(f"model.kind={cfg.model.kind!r} needs an Atari env; env.id="
                       f"{cfg.env.id!r} has vector observations (use mlp)")
-    elif atari and cfg.model.frame_size < (smallest := min_frame_size(cfg.model.kind)):
-        errors.append(f"model.frame_size={cfg.model.frame_size} is too small for model.kind="
-                      f"{cfg.model.kind!r}: its layers need frames of at least {smallest}")
-    elif cfg.dist.ps > 1:  # one shard always fits; counting opens a simulator briefly
-        problem = num_shards_error(cfg.dist.ps, num_params_of(cfg))
-        errors += [problem] if problem else []
     if not atari:
         errors += [f"{key}={value!r} applies to ALE games only, not env.id={cfg.env.id!r}"
                    for key, value in (("eval.protocol", cfg.eval.protocol),
                                       ("env.full_action_space", cfg.env.full_action_space))
                    if value not in ("paper", False)]
-    errors += _stop_below_target_errors(cfg)
     workers = cfg.dist.workers
     if workers and cfg.dist.replicas_to_aggregate > workers:
         errors.append(f"dist.replicas_to_aggregate={cfg.dist.replicas_to_aggregate} must be "
@@ -457,22 +441,6 @@ def _aggregation_errors(cfg: Config) -> list[str]:
     return errors
 
 
-def _stop_below_target_errors(cfg: Config) -> list[str]:
-    """eval.stop_below_target needs the game's highest score, at least the target."""
-    from dba3c.games.scores import MAX_SCORE
-
-    if not cfg.eval.stop_below_target:
-        return []
-    if cfg.env.id not in MAX_SCORE:
-        return [f"eval.stop_below_target=true needs a game whose highest score is known "
-                f"({', '.join(sorted(MAX_SCORE))}), not env.id={cfg.env.id!r}"]
-    if cfg.eval.target_score > MAX_SCORE[cfg.env.id]:
-        return [f"eval.target_score={cfg.eval.target_score:g} is above {cfg.env.id}'s highest "
-                f"score {MAX_SCORE[cfg.env.id]:g}: with eval.stop_below_target=true no "
-                f"evaluation would play a game"]
-    return []
-
-
 def _synthetic_errors(cfg: Config) -> list[str]:
     """What synthetic-compute ranks cannot do: evaluate (that needs TensorFlow)."""
     errors = []
@@ -489,16 +457,24 @@ def _synthetic_errors(cfg: Config) -> list[str]:
     return errors
 
 
-def validate(cfg: Config) -> Config:
-    """Check every field and cross-field rule; raise one UserError listing all problems."""
-    errors = validation_errors(cfg)
+WorldCheck = Callable[["Config"], list[str]]
+"""The rules that need facts from outside this module (:func:`dba3c.preset.world_errors`):
+run once every field has a valid type and range and the env id is known; their problems are
+reported with the cross-field ones."""
+
+
+def validate(cfg: Config, world: WorldCheck | None = None) -> Config:
+    """Check every field and cross-field rule (and ``world``'s); raise one UserError listing
+    all problems."""
+    errors = validation_errors(cfg, world)
     if errors:
         raise UserError("; ".join(errors))
     return cfg
 
 
-def validation_errors(cfg: Config) -> list[str]:
-    """Every problem with the values of ``cfg``: types, ranges, env id, cross-field rules."""
+def validation_errors(cfg: Config, world: WorldCheck | None = None) -> list[str]:
+    """Every problem with the values of ``cfg``: types, ranges, env id, cross-field rules,
+    then ``world``'s rules."""
     errors = []
     for section, cls in SECTIONS.items():
         values = getattr(cfg, section)
@@ -514,10 +490,12 @@ def validation_errors(cfg: Config) -> list[str]:
         env_problem = _env_id_error(cfg.env.id)
         errors += [env_problem] if env_problem else []
         errors += _cross_field_errors(cfg)
+        if env_problem is None and world is not None:
+            errors += world(cfg)
     return errors
 
 
-def from_dict(tree: dict, source: str = "config") -> Config:
+def from_dict(tree: dict, source: str = "config", world: WorldCheck | None = None) -> Config:
     """Build and validate a Config from nested dicts; unknown keys suggest the closest."""
     if not isinstance(tree, dict):
         raise UserError(f"{source} must be a mapping of sections "
@@ -545,7 +523,7 @@ def from_dict(tree: dict, source: str = "config") -> Config:
                                                  if k in names})
     errors += _apply_protocol(sections)
     cfg = Config(**sections)
-    errors += validation_errors(cfg)
+    errors += validation_errors(cfg, world)
     if errors:
         raise UserError("; ".join(errors))
     return cfg
@@ -614,18 +592,20 @@ def read_yaml(path: str) -> dict:
     return {} if tree is None else tree
 
 
-def load_config(path: str, overrides: Sequence[str] = ()) -> Config:
+def load_config(path: str, overrides: Sequence[str] = (),
+                world: WorldCheck | None = None) -> Config:
     """Load a YAML preset, apply ``KEY=VALUE`` overrides, validate everything at once."""
     tree = read_yaml(path)
     if not isinstance(tree, dict):
         raise UserError(f"config {path!r} must be a mapping of sections "
                         f"({', '.join(SECTIONS)}), got {type(tree).__name__}")
-    return from_dict(_merge(tree, parse_overrides(list(overrides))), source=path)
+    return from_dict(_merge(tree, parse_overrides(list(overrides))), path, world)
 
 
-def apply_overrides(cfg: Config, overrides: list[str], source: str = "config") -> Config:
+def apply_overrides(cfg: Config, overrides: list[str], source: str = "config",
+                    world: WorldCheck | None = None) -> Config:
     """``cfg`` with ``KEY=VALUE`` overrides applied, validated again."""
-    return from_dict(_merge(cfg.to_dict(), parse_overrides(list(overrides))), source=source)
+    return from_dict(_merge(cfg.to_dict(), parse_overrides(list(overrides))), source, world)
 
 
 def dump_yaml(cfg: Config) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dba3c.config import load_config
 from dba3c.distributed.wire import ReportMsg
+from dba3c.preset import load_config
 from dba3c.training.chief import Chief
 from dba3c.training.report import Losses, Seconds, WorkerReport
 

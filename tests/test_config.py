@@ -17,14 +17,12 @@ from dba3c.config import (
     all_keys,
     describe_keys,
     dump_yaml,
-    from_dict,
-    load_config,
     num_shards_error,
     parse_overrides,
-    validate,
 )
 from dba3c.distributed.roles import make_roles, required_world_size
 from dba3c.errors import UserError
+from dba3c.preset import from_dict, load_config, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -276,7 +274,7 @@ def test_ale_games_are_ale_pys_roms_without_importing_it():
 
     assert ale_games() == tuple(sorted(get_all_rom_ids()))
     assert "breakout" in ale_games() and "pong" in ale_games()
-    code = ("import sys; from dba3c.config import load_config; "
+    code = ("import sys; from dba3c.preset import load_config; "
             "load_config('configs/breakout.yaml', ['env.id=pong']); "
             "print(sorted(m for m in ('ale_py', 'gymnasium') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,

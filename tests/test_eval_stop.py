@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from dba3c.config import load_config
 from dba3c.errors import UserError
 from dba3c.games.envs import env_spaces
 from dba3c.games.evaluation import make_eval_pool, play, stop_rule
 from dba3c.games.scores import below_target
 from dba3c.learning.learner import Learner
 from dba3c.learning.models import make_net_spec
+from dba3c.preset import load_config
 
 from conftest import ROOT, dba3c, read_jsonl
 

@@ -144,8 +144,8 @@ def test_make_net_spec_reads_the_model_section():
      ((4, 42, 42), 6), 88119),
 ])
 def test_the_network_of_a_config_comes_from_the_env_spaces(overrides, spaces, num_params):
-    from dba3c.config import load_config
     from dba3c.games.envs import env_spaces
+    from dba3c.preset import load_config
 
     cfg = load_config("configs/breakout.yaml", overrides)
     assert env_spaces(cfg) == spaces
@@ -300,7 +300,7 @@ def test_he_init_keeps_the_mean_square_through_a_relu_layer():
 
 
 def test_a_fresh_run_starts_from_the_configured_init(tmp_path):
-    from dba3c.config import load_config
+    from dba3c.preset import load_config
     from dba3c.training.checkpoint import load_start
 
     cfg = load_config("configs/pong_small.yaml", ["model.init=he", "run.seed=4",

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dba3c.config import AdamConfig, RMSPropConfig, load_config
+from dba3c.config import AdamConfig, RMSPropConfig
 from dba3c.distributed.shard import ShardServer
 from dba3c.errors import UserError
 from dba3c.learning.optim import (
@@ -19,6 +19,7 @@ from dba3c.learning.optim import (
 )
 from dba3c.learning.params import shard_bounds
 from dba3c.learning.rules import OptimizerState, adam_update
+from dba3c.preset import load_config
 from dba3c.training import checkpoint
 from dba3c.training.runner import LocalParameterServer
 

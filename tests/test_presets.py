@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dba3c.config import load_config
+from dba3c.preset import load_config
 
 from conftest import dba3c, read_jsonl
 

@@ -15,7 +15,6 @@ import weakref
 import numpy as np
 import pytest
 
-from dba3c.config import from_dict
 from dba3c.distributed.mailbox import Inbox, Sender
 from dba3c.distributed.ps.chief_link import ChiefLink
 from dba3c.distributed.ps.client import RemoteParameterClient
@@ -38,6 +37,7 @@ from dba3c.distributed.wire import (
 )
 from dba3c.learning.params import shard_bounds
 from dba3c.learning.rules import OptimizerState, adam_update
+from dba3c.preset import from_dict
 from dba3c.training.report import WorkerReport
 
 N = 11  # parameters: odd so shards differ in size

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dba3c.config import from_dict
 from dba3c.learning.tflog import filtered_stderr, is_below_level, quiet_import
+from dba3c.preset import from_dict
 from dba3c.training.metrics import next_steps
 from dba3c.training.report import Losses, WorkerReport
 

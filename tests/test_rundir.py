@@ -10,7 +10,8 @@ import threading
 import pytest
 import yaml
 
-from dba3c.config import Config, from_dict
+from dba3c.config import Config
+from dba3c.preset import from_dict
 from dba3c.training import rundir
 from dba3c.training.rundir import (
     JsonlWriter,

@@ -30,12 +30,12 @@ from dba3c.benchmarks.scale.cluster import (
     unfinished,
 )
 from dba3c.benchmarks.scale.job import event_line, job_event, read_job, write_job
-from dba3c.config import load_config
 from dba3c.distributed.collective.ranks import sit_out_collective_run
 from dba3c.distributed.transport import InProcessTransport, TransportView
 from dba3c.errors import Interrupted
 from dba3c.games.envs import env_spaces, spaces_key
 from dba3c.launchers.local import find_mpiexec, launch_environment
+from dba3c.preset import load_config
 
 from conftest import ROOT, read_jsonl
 

@@ -8,10 +8,10 @@ import json
 import pytest
 
 from dba3c.analysis import plots
-from dba3c.config import load_config
 from dba3c.errors import UserError
 from dba3c.games.envs import env_spaces
 from dba3c.games.scores import RANDOM_AND_HUMAN, human_normalized_score, score_stats
+from dba3c.preset import load_config
 from dba3c.training.chief import Chief
 
 from conftest import ROOT, read_jsonl

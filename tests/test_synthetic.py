@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dba3c.config import from_dict
 from dba3c.distributed.ps.chief_link import ChiefLink
 from dba3c.distributed.ps.client import RemoteParameterClient
 from dba3c.distributed.ps.server import run_ps
@@ -43,6 +42,7 @@ from dba3c.errors import TrainingError
 from dba3c.learning.models import NetSpec
 from dba3c.learning.params import layer_buckets
 from dba3c.learning.rules import OptimizerState
+from dba3c.preset import from_dict
 
 from conftest import ROOT, dba3c, latest_checkpoint, read_jsonl
 from test_protocol import FakeChief, N, grad_of, make_cfg, send_final_report

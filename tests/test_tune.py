@@ -10,7 +10,6 @@ import math
 
 import pytest
 
-from dba3c.config import load_config
 from dba3c.errors import UserError
 from dba3c.launchers.tune import tune_command
 from dba3c.launchers.tuning import (
@@ -22,6 +21,7 @@ from dba3c.launchers.tuning import (
     make_setting,
     search,
 )
+from dba3c.preset import load_config
 
 from conftest import dba3c
 

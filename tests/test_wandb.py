@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dba3c.config import load_config
+from dba3c.preset import load_config
 from dba3c.training.chief import Chief
 from dba3c.training.metrics import scalars
 

@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dba3c.config import Config, load_config
+from dba3c.config import Config
 from dba3c.distributed.wire import HEADER
+from dba3c.preset import load_config
 from dba3c.training.profiling import WorkerLaps, section_table
 from dba3c.training.rundir import RunDir, write_atomic
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dba3c.config import load_config
+from dba3c.preset import load_config
 
 
 def flop_fractions(stage_flops: list[int]) -> tuple[list[float], list[float]]:

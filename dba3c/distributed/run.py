@@ -7,7 +7,7 @@ import traceback
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from dba3c.config import Config, is_atari, validate
+from dba3c.config import Config, is_atari
 from dba3c.core import Params, Transport
 from dba3c.distributed.collective.ranks import run_collective_rank
 from dba3c.distributed.evaluator import run_evaluator
@@ -20,6 +20,7 @@ from dba3c.distributed.transport import wait_until
 from dba3c.distributed.wire import ReportMsg
 from dba3c.errors import TrainingError, UserError
 from dba3c.learning.models import NetSpec
+from dba3c.preset import validate
 from dba3c.training.metrics import next_steps
 from dba3c.training.report import WorkerReport
 from dba3c.training.worker import Worker

@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from dba3c.config import load_config
 from dba3c.distributed.roles import make_roles, required_world_size
 from dba3c.errors import UserError
+from dba3c.preset import load_config
 
 
 def find_mpiexec() -> str:

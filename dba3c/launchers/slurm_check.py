@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sys
 
-from dba3c.config import load_config
 from dba3c.distributed.roles import make_roles
 from dba3c.errors import UserError
+from dba3c.preset import load_config
 
 
 def main(argv: list[str]) -> int:

@@ -24,10 +24,10 @@ import time
 
 import submitit
 
-from dba3c.config import load_config
 from dba3c.distributed.roles import make_roles
 from dba3c.errors import UserError
 from dba3c.learning.tflog import quiet_tensorflow
+from dba3c.preset import load_config
 from dba3c.training.rundir import RunDir
 
 

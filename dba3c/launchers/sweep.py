@@ -22,11 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from dba3c.config import Config, load_config
+from dba3c.config import Config
 from dba3c.distributed.roles import make_roles, required_world_size
 from dba3c.errors import UserError
 from dba3c.launchers.local import launch_command
 from dba3c.launchers.submit import grid_overrides, point_name
+from dba3c.preset import load_config
 from dba3c.training.metrics import steady_throughput
 from dba3c.training.rundir import RunDir, SweepDir
 

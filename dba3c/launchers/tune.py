@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from dba3c.benchmarks.node import machine_description, run_training
-from dba3c.config import Config, apply_overrides, dump_yaml, load_config
+from dba3c.config import Config, dump_yaml
 from dba3c.errors import UserError
 from dba3c.launchers.tuning import (
     STARTUP_S,
@@ -38,6 +38,7 @@ from dba3c.launchers.tuning import (
     setting_overrides,
     start_values,
 )
+from dba3c.preset import apply_overrides, load_config
 from dba3c.training.rundir import write_atomic
 
 STATE_FORMAT = "dba3c-tune-state/1"

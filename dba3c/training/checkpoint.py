@@ -27,11 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from dba3c.config import Config, apply_overrides, from_dict
+from dba3c.config import Config
 from dba3c.errors import UserError
 from dba3c.learning.models import NetSpec
 from dba3c.learning.params import ParamLayout
 from dba3c.learning.rules import OptimizerState
+from dba3c.preset import apply_overrides, from_dict
 from dba3c.training.rundir import RunDir, atomic_file, remove_stale_temporaries
 
 MAGIC = b"DBA3C-CHECKPOINT-1\n"

@@ -13,13 +13,14 @@ import sys
 
 import numpy as np
 
-from dba3c.config import Config, is_atari, load_config
+from dba3c.config import Config, is_atari
 from dba3c.core import Params
 from dba3c.errors import UserError, exit_code
 from dba3c.games.envs import EnvPool, env_spaces, make_env_pool
 from dba3c.learning.models import NetSpec, make_net_spec
 from dba3c.learning.optim import Optimizer, apply_update, make_optimizer
 from dba3c.learning.rules import OptimizerState
+from dba3c.preset import load_config
 from dba3c.training import checkpoint
 from dba3c.training.chief import Chief
 from dba3c.training.metrics import next_steps

@@ -43,13 +43,14 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 from dba3c.benchmarks.emulated import EmulatedCluster, link_rate, require_emulation
 from dba3c.benchmarks.proctree import EXITED, INTERRUPTED, TIMED_OUT, Interrupt, ProcessTree
 from dba3c.benchmarks.scale.job import JobRun, job_event, write_job
-from dba3c.config import Config, DistConfig, load_config, num_params_of
+from dba3c.config import Config, DistConfig
 from dba3c.distributed.roles import overlaps, required_world_size
 from dba3c.distributed.synthetic import stage_seconds
 from dba3c.errors import Interrupted, UserError
 from dba3c.games.envs import env_spaces, spaces_key
 from dba3c.learning.models import NetSpec, make_net_spec
 from dba3c.learning.params import layer_buckets
+from dba3c.preset import load_config, num_params_of
 from dba3c.training.rundir import RunDir, write_atomic
 
 if TYPE_CHECKING:

@@ -32,9 +32,9 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from dba3c.config import load_config
 from dba3c.errors import UserError
 from dba3c.games.envs import Spaces, SpacesKey, remember_spaces
+from dba3c.preset import load_config
 
 EVENT_PREFIX = "dba3c-scalejob"
 IDLE_POLL_S = 0.05  # between runs: ranks that sit a run out poll the barrier this often
