@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from dba3c.config import DistConfig
-from dba3c.distributed.collective.ranks import CollectiveClient
+from dba3c.distributed.collective.client import CollectiveClient
 from dba3c.distributed.roles import make_roles
 from dba3c.distributed.shard import ShardServer
 from dba3c.distributed.transport import (

@@ -248,7 +248,7 @@ def test_sixteen_synthetic_workers_and_four_ps_run_exact_steps_without_tensorflo
     assert proc.returncode == 0, proc.stderr[-3000:]
     world = NUM_WORKERS + NUM_PS
     # every rank reached the protocol (imported it), none imported TensorFlow
-    assert len(re.findall(r"\|\s*dba3c\.dist\.run$", proc.stderr, re.MULTILINE)) == world
+    assert len(re.findall(r"\|\s*dba3c\.distributed\.run$", proc.stderr, re.MULTILINE)) == world
     assert not [line for line in proc.stderr.splitlines() if TF_IMPORT.search(line)]
     peak_mb = int(proc.stdout.split()[-1]) / 1024
     print(f"{world} ranks: {wall:.0f} s, peak RSS of the largest process {peak_mb:.0f} MB")
@@ -331,8 +331,8 @@ def test_a_staged_synthetic_step_hands_out_the_seeded_gradient_last_bucket_first
     starts = layer_buckets(spec.layout())
     calls: list[tuple] = []
     t0 = time.perf_counter()
-    worker._staged_gradient_of(worker._empty_batch(7), lambda b: calls.append(("fwd", b)),
-                               lambda b, g: calls.append(("bwd", b, g.copy())), 7)
+    worker.compute_staged_gradient((worker.next_batch(7), lambda b: calls.append(("fwd", b)),
+                                    lambda b, g: calls.append(("bwd", b, g.copy()))), 7)
     elapsed = time.perf_counter() - t0
     B = len(starts)
     assert [c[:2] for c in calls] == ([("fwd", b) for b in range(B)]

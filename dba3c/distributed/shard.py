@@ -2,7 +2,8 @@
 
 A parameter server (:mod:`dba3c.distributed.ps.server`) and a training rank in collective
 aggregation (:mod:`dba3c.distributed.collective.client`) each hold one :class:`ShardServer`;
-the messages around it are theirs, the arithmetic is here.
+the messages around it are theirs, the arithmetic is here, and so is the conversion
+between a shard and its state message (:class:`~dba3c.distributed.wire.StateMsg`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dba3c.learning.optim import Optimizer, apply_update
+from dba3c.config import Config
+from dba3c.distributed.wire import StateMsg
+from dba3c.learning.optim import Optimizer, apply_update, make_optimizer
 from dba3c.learning.rules import OptimizerState
 
 
@@ -89,3 +92,17 @@ class ShardServer:
             self.nonfinite_streak += 1
             self.stats.nonfinite_skipped += 1
         self.version += 1
+
+
+def make_shard(state: StateMsg, cfg: Config, *, mode: str, replicas: int) -> ShardServer:
+    """The :class:`ShardServer` a shard state describes, with the configured optimizer."""
+    return ShardServer(state.theta_shard.copy(),
+                       OptimizerState(state.m_shard.copy(), state.v_shard.copy(), state.opt_count),
+                       state.version, mode=mode, replicas=replicas,
+                       optimizer=make_optimizer(cfg))
+
+
+def state_message(shard: ShardServer, final: bool) -> StateMsg:
+    """A shard's state (theta, Adam's m and v) as a parameter server sends it to the chief."""
+    return StateMsg(shard.version, shard.opt_state.count, final, shard.theta_shard,
+                    shard.opt_state.m_shard, shard.opt_state.v_shard)

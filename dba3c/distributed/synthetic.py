@@ -13,7 +13,7 @@ stays small: 69 of them fit on one machine.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,7 +21,7 @@ import numpy as np
 from dba3c.config import Config
 from dba3c.learning.params import ShardPlan, layer_buckets
 from dba3c.learning.rollout import Batch
-from dba3c.training.worker import Worker
+from dba3c.training.worker import StagedInput, Worker
 
 if TYPE_CHECKING:
     from dba3c.learning.models import NetSpec
@@ -99,7 +99,7 @@ class SyntheticWorker(Worker):
         self.buckets = ShardPlan(layout.num_params, 1, layer_buckets(layout))
         syn = cfg.synthetic
         self.factor = syn.slow_factor if rank in slow_ranks(workers, syn.slow_workers) else 1.0
-        self._next_batch = self._empty_batch  # the base class times _gradient_of
+        self.next_batch = self._empty_batch  # the base class times compute_gradient
 
     def _empty_batch(self, version: int) -> Batch:
         n = self.cfg.train.batch_size  # data points the modelled worker would train on
@@ -111,23 +111,22 @@ class SyntheticWorker(Worker):
         return step_seconds(syn.compute_ms, syn.jitter, self.factor,
                             (self.cfg.run.seed, self.rank, version))
 
-    def _gradient_of(self, batch: Batch, version: int) -> tuple[np.ndarray, dict]:
+    def compute_gradient(self, batch: Batch, version: int) -> tuple[np.ndarray, dict]:
         """The seeded gradient, returned once its modelled compute time has passed."""
         t0 = time.perf_counter()  # making the gradient counts as compute
         grad = synthetic_gradient(self.num_params, self.cfg.run.seed, self.rank, version)
         sleep_until(t0 + self._compute_seconds(version))
         return grad, {}
 
-    def _staged_gradient_of(self, batch: Batch, before_forward: Callable[[int], None],
-                            after_backward: Callable[[int, np.ndarray], None],
-                            version: int) -> dict:
+    def compute_staged_gradient(self, step: StagedInput, version: int) -> dict:
         """The seeded gradient bucket by bucket on the modelled timeline
         (:func:`stage_seconds`): stage b's forward pass starts once ``before_forward(b)``
         returned (waiting for its parameters is not compute); bucket b leaves when its
         backward pass ends, the last bucket first. Making the gradient counts as compute, as
-        in :meth:`_gradient_of`: it runs in stage 0's forward time (after the stage's
+        in :meth:`compute_gradient`: it runs in stage 0's forward time (after the stage's
         parameters arrived; made before them, it delayed every rank's step by the time 64
         ranks on 2 cores took to make theirs at once)."""
+        _, before_forward, after_backward = step
         forward_s, backward_s = stage_seconds(self._compute_seconds(version), self.stage_flops)
         deadline = time.perf_counter()
         for b, seconds in enumerate(forward_s):

@@ -19,13 +19,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dba3c.config import Config
-from dba3c.core import Incoming, ParameterClient, Params, StagedClient
-from dba3c.distributed.transport import Poller
+from dba3c.core import ParameterClient, Params
 from dba3c.errors import TrainingError
 from dba3c.games.envs import EnvPool, ScoreTracker
 from dba3c.learning.rl import sample_actions
 from dba3c.learning.rollout import Batch, RolloutAssembler
-from dba3c.training.faults import non_finite_due, with_faults, with_rank_faults
+from dba3c.training.faults import with_faults, with_rank_faults
 from dba3c.training.profiling import Laps, WorkerLaps
 from dba3c.training.report import Losses, Seconds, WorkerReport
 
@@ -34,15 +33,12 @@ if TYPE_CHECKING:  # TensorFlow: synthetic-compute workers (dba3c.distributed.sy
     from dba3c.learning.models import NetSpec
 
 AfterStep = Callable[[Params, WorkerReport], bool]
-# The Poller of a staged step tests the collectives in flight every PROGRESS_CAPS x
-# dist.collective_poll_us (200 us by default): every wake takes the GIL from the actor and
-# TensorFlow's callbacks, and at 50 us two real Breakout ranks on 2 cores stepped 1.6x slower
-# (0.43 against 0.27 s a step with overlap off; docs/benchmarks.md). The collectives it
-# advances are the hidden ones; a rank blocked on one polls at the cap itself.
-PROGRESS_CAPS = 4
-StagedStep = tuple[Batch, Callable[[int], None], Callable[[int, np.ndarray], None]]
-"""A mini-batch and the staged gradient's hooks: before stage b's forward pass, after
-bucket b's gradient (:meth:`Worker.train_staged`)."""
+BeforeForward = Callable[[int], None]
+"""Called before stage b's forward pass (b = 0, 1, ...): its parameters may still arrive."""
+AfterBackward = Callable[[int, np.ndarray], None]
+"""Called with bucket b's gradient once the backward pass made it (the last bucket first)."""
+StagedInput = tuple[Batch, BeforeForward, AfterBackward]
+"""A mini-batch and the staged gradient's hooks (:meth:`Worker.staged_gradient`)."""
 
 
 class Actor(threading.Thread):
@@ -141,22 +137,23 @@ class Worker:
                                episodic_life=cfg.env.episodic_life, laps=self.laps.actor)
         self.data_points = 0
         self.t_compute = self.t_wait_data = self.t_wait_params = 0.0
-        self._next_batch = self._synthetic_batch if self.actor is None else self._actor_batch
-        self._gradient = with_faults(cfg.debug, rank, self._compute_gradient)
-        self._staged = with_rank_faults(cfg.debug, rank, self._compute_staged)
+        self.next_batch = self._synthetic_batch if self.actor is None else self._actor_batch
+        """The next mini-batch for the parameters of a version (waits for the actor)."""
+        self._gradient = with_faults(cfg.debug, rank, self.compute_gradient)
+        self._staged_gradient = with_rank_faults(cfg.debug, rank, self.compute_staged_gradient)
 
     def train(self, client: ParameterClient, after_step: AfterStep) -> Params | None:
         """Train until the store ends the run (push returns None) or ``after_step`` returns
         True. Returns the last parameters received (None if the store ended the run)."""
-        params = self._start(client)
+        params = self.start(client)
         if self.cfg.train.reached_max_steps(params.version):
             return params
         lap = self.laps.trainer.lap
         try:
             while True:
-                batch = self._next_batch(params.version)
+                batch = self.next_batch(params.version)
                 lap("wait data")
-                grad, losses = self._gradient(batch, params.version)
+                grad, losses = self.gradient(batch, params.version)
                 lap("gradient")
                 t0 = time.perf_counter()
                 new = client.push(params.version, grad)
@@ -164,7 +161,7 @@ class Worker:
                 lap("push")  # Adam in one process, the round trip to the PS otherwise
                 if new is None:
                     return None
-                self._check_streak(new.nonfinite_streak, new.version)
+                self.check_streak(new.nonfinite_streak, new.version)
                 lag = float(params.version - batch.version.mean())  # updates since acting
                 params = new
                 self.learner.set_params(params.theta, params.version)
@@ -176,7 +173,7 @@ class Worker:
         finally:
             self.stop()
 
-    def _start(self, client: ParameterClient) -> Params:
+    def start(self, client: ParameterClient) -> Params:
         """The first parameters loaded and the actor started (unless the run is over: a
         finished run started again)."""
         params = client.pull()
@@ -189,70 +186,13 @@ class Worker:
         self.laps.trainer.start()
         return params
 
-    def _check_streak(self, nonfinite_streak: int, version: int) -> None:
+    def check_streak(self, nonfinite_streak: int, version: int) -> None:
+        """Fail the run after ``train.max_nonfinite`` skipped updates in a row."""
         if nonfinite_streak >= self.cfg.train.max_nonfinite:
             raise TrainingError(
                 f"{nonfinite_streak} consecutive updates had a non-finite "
                 f"gradient (train.max_nonfinite={self.cfg.train.max_nonfinite}); "
                 f"stopped at step {version}, the last checkpoint is intact")
-
-    def train_staged(self, client: StagedClient, after_step: AfterStep) -> Params | None:
-        """:meth:`train` with communication hidden behind compute. The backward pass hands
-        each bucket of the gradient to ``client`` as soon as it is made (last layer first);
-        the next forward pass runs each layer as soon as its bucket of the new parameters
-        arrived; a :class:`~dba3c.distributed.transport.Poller` thread lets the communication
-        advance
-        meanwhile. So step t's ``after_step`` runs once theta_{t+1} has wholly arrived,
-        during step t+1's forward pass; whether to stop is the client's to say
-        (``client.stopping``, the same on every rank), so ``after_step``'s answer is not
-        needed. Returns as :meth:`train`."""
-        params = self._start(client)
-        if self.cfg.train.reached_max_steps(params.version):
-            return params
-        lap = self.laps.trainer.lap
-        arriving: Incoming | None = None
-        report = self.report({}, 0.0)
-
-        def before_forward(bucket: int) -> None:
-            if arriving is not None:
-                t0 = time.perf_counter()
-                theta_bucket = arriving.wait(bucket)
-                self.t_wait_params += time.perf_counter() - t0
-                self.learner.assign_bucket(bucket, theta_bucket)
-
-        def land(arriving: Incoming, report: WorkerReport) -> Params:
-            """The version that has wholly arrived into the prediction variables; its
-            step's ``after_step``."""
-            params = arriving.params()
-            self.learner.set_params(params.theta, params.version)
-            after_step(params, report)
-            return params
-
-        try:
-            with Poller(client.progress, PROGRESS_CAPS * self.cfg.dist.collective_poll_s):
-                while True:
-                    batch = self._next_batch(params.version)
-                    lap("wait data")
-                    version = params.version if arriving is None else arriving.version
-                    after_backward = offering(client, version,
-                                              non_finite_due(self.cfg.debug, version))
-                    losses = self._staged((batch, before_forward, after_backward), version)
-                    lap("gradient (and the parameters of its forward pass)")
-                    if arriving is not None:  # theta_version has wholly arrived
-                        params = land(arriving, report)
-                        lap("after step (report, metrics, checkpoints)")
-                    t0 = time.perf_counter()
-                    arriving = client.finish()
-                    self.t_wait_params += time.perf_counter() - t0
-                    lap("push")
-                    if arriving is None:
-                        return None
-                    self._check_streak(arriving.nonfinite_streak, arriving.version)
-                    report = self.report(losses, float(version - batch.version.mean()))
-                    if client.stopping:
-                        return land(arriving, report)
-        finally:
-            self.stop()
 
     def stop(self) -> None:
         """Stop the actor thread and the simulators."""
@@ -283,38 +223,40 @@ class Worker:
         self.t_wait_data += time.perf_counter() - t0
         return batch
 
-    def _compute_gradient(self, batch: Batch, version: int) -> tuple[np.ndarray, dict]:
-        """The gradient step, timed as compute and counted (``version``: the parameters',
-        for the fault wrappers and synthetic gradients)."""
+    def gradient(self, batch: Batch, version: int) -> tuple[np.ndarray, dict]:
+        """The gradient of ``batch`` on the parameters of ``version`` and the losses, with this
+        rank's injected faults (:mod:`dba3c.training.faults`), timed as compute and counted."""
         t0 = time.perf_counter()
-        grad, losses = self._gradient_of(batch, version)
+        grad, losses = self._gradient(batch, version)
         self.t_compute += time.perf_counter() - t0
         self.data_points += len(batch)
         return grad, losses
 
-    def _compute_staged(self, step: StagedStep, version: int) -> dict:
-        """The staged gradient step, timed as compute (less its waits for parameters, which
-        count as those) and counted."""
-        batch = step[0]
+    def staged_gradient(self, batch: Batch, before_forward: BeforeForward,
+                        after_backward: AfterBackward, version: int) -> dict:
+        """The gradient computed stage by stage (:meth:`compute_staged_gradient`), with this
+        rank's injected faults, timed as compute less its waits for parameters (which count
+        as those) and counted; returns the losses."""
         t0, waited = time.perf_counter(), self.t_wait_params
-        losses = self._staged_gradient_of(*step, version)
+        losses = self._staged_gradient((batch, before_forward, after_backward), version)
         self.t_compute += time.perf_counter() - t0 - (self.t_wait_params - waited)
         self.data_points += len(batch)
         return losses
 
-    def _staged_gradient_of(self, batch: Batch, before_forward: Callable[[int], None],
-                            after_backward: Callable[[int, np.ndarray], None],
-                            version: int) -> dict:
-        """The learner's staged gradient (``version``: for synthetic gradients)."""
-        return self.learner.staged_gradient(batch.obs, batch.a, batch.R, before_forward,
-                                            after_backward)
-
-    def _gradient_of(self, batch: Batch, version: int) -> tuple[np.ndarray, dict]:
-        """The learner's gradient and losses on ``batch``; NaN everywhere if not finite."""
+    def compute_gradient(self, batch: Batch, version: int) -> tuple[np.ndarray, dict]:
+        """The learner's gradient and losses on ``batch``; NaN everywhere if not finite, so
+        every shard skips the update. ``version`` is for subclasses (synthetic gradients)."""
         grad, losses = self.learner.gradient(batch.obs, batch.a, batch.R)
         if not np.isfinite(grad).all():
-            grad[:] = np.nan  # all shards see it: every parameter server skips the update
+            grad[:] = np.nan
         return grad, losses
+
+    def compute_staged_gradient(self, step: StagedInput, version: int) -> dict:
+        """The learner's staged gradient (``Learner.staged_gradient``): ``before_forward(b)``
+        before stage b's forward pass, ``after_backward(b, g_b)`` as each bucket is made."""
+        batch, before_forward, after_backward = step
+        return self.learner.staged_gradient(batch.obs, batch.a, batch.R, before_forward,
+                                            after_backward)
 
     def report(self, losses: dict[str, float], policy_lag: float) -> WorkerReport:
         """This worker's cumulative counters and latest ``loss/*`` losses."""
@@ -330,16 +272,6 @@ class Worker:
                             wait_params=self.t_wait_params,
                             predict=actor.t_predict if actor else 0.0,
                             emulate=actor.t_emulate if actor else 0.0))
-
-
-def offering(client: StagedClient, version: int,
-             poison: bool) -> Callable[[int, np.ndarray], None]:
-    """The staged gradient's ``after_backward``: each bucket to ``client`` as gradient of
-    ``version``; ``poison`` makes them non-finite (``debug.nan_at_step``: every shard skips
-    the step)."""
-    def after_backward(bucket: int, g_bucket: np.ndarray) -> None:
-        client.offer(version, bucket, np.full_like(g_bucket, np.nan) if poison else g_bucket)
-    return after_backward
 
 
 def synthetic_batch(spec: NetSpec, batch_size: int, key: tuple) -> Batch:

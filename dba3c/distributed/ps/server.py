@@ -24,7 +24,7 @@ from dba3c.core import Transport
 from dba3c.distributed.mailbox import Inbox, Sender, receive_one
 from dba3c.distributed.pacing import ReplyPacer
 from dba3c.distributed.roles import Roles
-from dba3c.distributed.shard import ShardServer
+from dba3c.distributed.shard import make_shard, state_message
 from dba3c.distributed.transport import ANY_SOURCE
 from dba3c.distributed.wire import (
     END,
@@ -39,28 +39,13 @@ from dba3c.distributed.wire import (
     framed_size,
 )
 from dba3c.games.schedule import EvalSchedule
-from dba3c.learning.optim import make_optimizer
 from dba3c.learning.params import shard_bounds
-from dba3c.learning.rules import OptimizerState
 
 FROZEN_POLL_S = 1e-4  # a frozen PS only waits for the chief's STOP_AT
 # Gradient receives a parameter server keeps posted (from any worker): one per worker would
 # hold W shard-sized buffers (83 MB at W = 64, P = 1), more than the rest of the rank
 GRAD_RECEIVES = 8
 
-
-def make_shard(state: StateMsg, cfg: Config, *, mode: str, replicas: int) -> ShardServer:
-    """The :class:`ShardServer` a shard state describes, with the configured optimizer."""
-    return ShardServer(state.theta_shard.copy(),
-                       OptimizerState(state.m_shard.copy(), state.v_shard.copy(), state.opt_count),
-                       state.version, mode=mode, replicas=replicas,
-                       optimizer=make_optimizer(cfg))
-
-
-def state_message(shard: ShardServer, final: bool) -> StateMsg:
-    """A shard's state (theta, Adam's m and v) as a parameter server sends it to the chief."""
-    return StateMsg(shard.version, shard.opt_state.count, final, shard.theta_shard,
-                    shard.opt_state.m_shard, shard.opt_state.v_shard)
 
 
 class PsState(Enum):

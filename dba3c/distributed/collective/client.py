@@ -1,0 +1,212 @@
+"""A training rank's parameter store in collective aggregation (``dist.aggregation:
+collective``): the training ranks are their own parameter servers.
+
+The W training ranks form a group (:meth:`~dba3c.distributed.transport.Transport.split`; an
+evaluator rank
+stays out). Group rank w owns shard w of the flat parameter vector
+(``shard_bounds(num_params, W)``) and its Adam state, in a
+:class:`~dba3c.distributed.shard.ShardServer`.
+One synchronous step t, in :meth:`CollectiveClient.push`:
+
+  1. a reduce-scatter of the gradients (sum; each rank receives its shard's part) and, in
+     flight beside it, an allreduce of a small control vector: how many gradients were not
+     finite, and whether the chief asks to stop;
+  2. each rank divides its part by W (the mean) and applies Adam to its shard; when any
+     gradient was not finite every shard skips the step (parameters and Adam state unchanged,
+     the version advances, the streak is counted), as a parameter server does;
+  3. an allgather of the updated shards: every rank holds theta_{t+1} and trains on it.
+
+While a rank waits in a collective its actor thread keeps simulating (``dba3c.training.worker``);
+waiting polls the requests with sleeps of at most ``dist.collective_poll_us`` (50 us,
+``WAIT_MAX_SLEEP_S``; :func:`~dba3c.distributed.transport.wait_until`; the rank's sleeps end on
+time,
+:func:`~dba3c.distributed.transport.precise_sleeps`), so a waiting rank does not spin a core. The
+sleeps
+are shorter than elsewhere because a nonblocking collective advances from one round of its
+algorithm to the next only inside an MPI call, and every round waits for a poll:
+docs/benchmarks.md measured the step and a waiting rank's CPU for 0.5 ms, 50, 20 and 10 us
+sleeps against MPI's blocking wait (which spins a whole core).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dba3c.config import DistConfig, TrainConfig
+from dba3c.core import Collectives, Params, Request
+from dba3c.distributed.shard import ShardServer
+from dba3c.distributed.transport import collective_wait, wait_until
+from dba3c.learning.params import ShardPlan
+
+if TYPE_CHECKING:
+    pass
+
+NONFINITE, STOP_REQUESTED = 0, 1  # slots of the control vector reduced with each gradient
+WAIT_MAX_SLEEP_S = DistConfig().collective_poll_s  # the config's default poll cap, s
+IDLE_EVERY_S = 5e-4  # the idle work (the chief's bookkeeping, QUERY answers) runs this often
+
+
+class Throttled:
+    """``fn`` called at most once every ``seconds`` (the first call runs it)."""
+
+    def __init__(self, fn: Callable[[], None], seconds: float):
+        self.fn, self.seconds, self.last = fn, seconds, -float("inf")
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.seconds:
+            self.last = now
+            self.fn()
+
+
+class Arriving:
+    """theta_{t+1} arriving bucket by bucket (:class:`~dba3c.core.Incoming`): one allgather
+    per bucket into the client's theta buffer, bucket 0 posted first."""
+
+    def __init__(self, client: CollectiveClient, requests: list[Request]):
+        self.client, self.requests = client, requests
+        self.version = client.shard.version
+        self.nonfinite_streak = client.shard.nonfinite_streak
+
+    def wait(self, bucket: int) -> np.ndarray:
+        """Bucket ``bucket`` of theta (a view of the client's buffer)."""
+        self.client.wait(self.requests[bucket])
+        lo, hi = self.client.plan.bucket_bounds(bucket)
+        return self.client.theta[lo:hi]
+
+    def params(self) -> Params:
+        """The whole of theta_{t+1} (a copy)."""
+        self.client.wait(*self.requests)
+        return Params(self.version, self.client.theta.copy(), self.nonfinite_streak)
+
+
+class CollectiveClient:
+    """A training rank's :class:`~dba3c.core.StagedClient` in collective aggregation.
+
+    Args:
+      group: the training ranks' collectives; group rank = index of this rank's shard.
+      shard: this rank's shard of theta and its Adam state (sync, one gradient: the mean).
+      plan: how the vector is cut into buckets and shards
+      (:func:`~dba3c.distributed.roles.make_shard_plan`).
+      train: ``train.max_steps`` (every rank stops there) and ``train.max_nonfinite``.
+      chief: on the chief a streak of ``train.max_nonfinite`` skipped steps is returned (the
+        worker loop raises the error); the other ranks, which reach it at the same step, end
+        quietly (one error line per job, not W).
+      wants_stop: asked at each step (the chief's stop request).
+      idle: called while waiting, at most every ``IDLE_EVERY_S`` (the chief's bookkeeping,
+        answering QUERY).
+
+    Buckets are offered last first (the order the backward pass makes them) and gathered
+    first first; every rank starts the same collectives in the same order. MPI requests are
+    tested under a lock: :meth:`progress` runs on a helper thread while the trainer computes.
+    """
+
+    def __init__(self, group: Collectives, shard: ShardServer, plan: ShardPlan,
+                 train: TrainConfig, *, chief: bool, wants_stop: Callable[[], bool],
+                 idle: Callable[[], None] | None = None,
+                 max_sleep_s: float = WAIT_MAX_SLEEP_S):
+        self.group, self.shard, self.plan, self.train = group, shard, plan, train
+        self.max_sleep_s = max_sleep_s
+        self.chief, self.wants_stop = chief, wants_stop
+        self.idle = None if idle is None else Throttled(idle, IDLE_EVERY_S)
+        self.num_buckets = plan.num_buckets
+        self.theta = np.zeros(plan.num_params, np.float32)
+        self._part = np.zeros(plan.sizes[group.rank], np.float32)
+        self._in_shard = [slice(o, o + hi - lo) for o, (lo, hi) in
+                          zip(plan.piece_offsets(group.rank), plan.pieces(group.rank))]
+        self._control = np.zeros(2, np.int64)
+        self._sent = np.zeros(2, np.int64)
+        self._lock = threading.Lock()
+        self._in_flight: list[Request] = []  # this step's reduce-scatters, the allgathers
+        self._next_bucket = self.num_buckets - 1
+        self.stopping = train.reached_max_steps(shard.version)
+
+    def wait(self, *requests: Request) -> None:
+        """Poll until ``requests`` completed (sleeping, doing the idle work)."""
+        def done() -> bool:
+            with self._lock:
+                return all([r.test() for r in requests])
+
+        wait_until(done, self.idle, **collective_wait(self.max_sleep_s))
+
+    def progress(self) -> None:
+        """Test the requests in flight (MPI advances a nonblocking collective only inside a
+        call); skipped while another thread is testing."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._in_flight = [r for r in self._in_flight if not r.test()]
+            finally:
+                self._lock.release()
+
+    def _allgathers(self) -> Arriving:
+        requests = []
+        with self._lock:
+            for b, piece in enumerate(self._in_shard):
+                lo, hi = self.plan.bucket_bounds(b)
+                requests.append(self.group.iallgather(self.shard.theta_shard[piece],
+                                                      self.theta[lo:hi], self.plan.counts(b)))
+            self._in_flight += requests
+        return Arriving(self, requests)
+
+    def pull(self) -> Params:
+        """The start parameters: every rank's shard, gathered."""
+        return self._allgathers().params()
+
+    def offer(self, version: int, bucket: int, grad_bucket: np.ndarray) -> None:
+        """Start the reduce-scatter of one bucket of the gradient computed at ``version``
+        (after the last bucket, bucket 0, also the control vector's allreduce)."""
+        if version != self.shard.version or bucket != self._next_bucket:
+            raise RuntimeError(f"bucket {bucket} of a gradient at version {version} offered "
+                               f"where bucket {self._next_bucket} at version "
+                               f"{self.shard.version} was due: protocol violated")
+        if bucket == self.num_buckets - 1:
+            self._sent[:] = (False, self.wants_stop())
+        self._sent[NONFINITE] |= not np.isfinite(grad_bucket).all()
+        lo, hi = self.plan.bucket_bounds(bucket)
+        if grad_bucket.shape != (hi - lo,):
+            raise ValueError(f"bucket {bucket} has {hi - lo} parameters, got "
+                             f"{grad_bucket.shape}")
+        with self._lock:
+            self._in_flight.append(self.group.ireduce_scatter(
+                grad_bucket, self._part[self._in_shard[bucket]], self.plan.counts(bucket)))
+            if bucket == 0:
+                self._in_flight.append(self.group.iallreduce(self._sent, self._control))
+        self._next_bucket = bucket - 1
+
+    def finish(self) -> Arriving | None:
+        """Wait for the reduce-scatters, apply Adam to this rank's shard (every shard skips
+        the step when any gradient was not finite), start the allgathers of the new
+        parameters; None when the run is over for this rank."""
+        if self._next_bucket != -1:
+            raise RuntimeError(f"finish with bucket {self._next_bucket} not offered")
+        self._next_bucket = self.num_buckets - 1
+        self.wait(*self._in_flight)
+        with self._lock:
+            self._in_flight = []
+        if self._control[NONFINITE]:
+            self._part[:] = np.nan  # one poisoned gradient: every shard skips this step
+        else:
+            self._part /= np.float32(self.group.size)
+        self.shard.offer(self.shard.version, self._part)
+        arriving = self._allgathers()
+        self.stopping = (bool(self._control[STOP_REQUESTED])
+                         or self.train.reached_max_steps(arriving.version))
+        if arriving.nonfinite_streak >= self.train.max_nonfinite:  # the run ends here
+            self.wait(*arriving.requests)  # nothing left in flight
+            if not self.chief:
+                return None
+        return arriving
+
+    def push(self, version: int, grad: np.ndarray) -> Params | None:
+        """One synchronous step with every training rank, the whole gradient at once; the
+        parameters after it (None when the run is over for this rank)."""
+        for b in reversed(range(self.num_buckets)):
+            lo, hi = self.plan.bucket_bounds(b)
+            self.offer(version, b, grad[lo:hi])
+        arriving = self.finish()
+        return None if arriving is None else arriving.params()

@@ -1,0 +1,115 @@
+"""The overlapped step of collective aggregation: communication hidden behind compute.
+
+:class:`StagedTraining` is :meth:`dba3c.training.worker.Worker.train` with the step cut into
+buckets (one per layer with parameters, :func:`dba3c.distributed.roles.make_shard_plan`):
+
+- the backward pass hands each bucket of the gradient to the client as soon as it is made,
+  the last layer first (:meth:`~dba3c.core.StagedClient.offer`: its reduce-scatter starts);
+- once every bucket is offered, :meth:`~dba3c.core.StagedClient.finish` applies the
+  optimizer to this rank's shard and starts the allgathers of theta_{t+1}, bucket 0 first;
+- the next forward pass runs each layer as soon as its bucket of theta_{t+1} has arrived
+  (:meth:`StagedTraining.before_forward`), while a :class:`~dba3c.distributed.transport.Poller`
+  thread lets the communication advance;
+- so step t's ``after_step`` runs once theta_{t+1} has wholly arrived
+  (:meth:`StagedTraining.land`), during step t+1's forward pass. Whether to stop is the
+  client's to say (``client.stopping``, the same on every rank), so ``after_step``'s answer
+  is not needed.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from dba3c.core import Incoming, Params, StagedClient
+from dba3c.distributed.transport import Poller
+from dba3c.training.faults import non_finite_due
+from dba3c.training.report import WorkerReport
+from dba3c.training.worker import AfterBackward, AfterStep, Worker
+
+# The Poller of a staged step tests the collectives in flight every PROGRESS_CAPS x
+# dist.collective_poll_us (200 us by default): every wake takes the GIL from the actor and
+# TensorFlow's callbacks, and at 50 us two real Breakout ranks on 2 cores stepped 1.6x slower
+# (0.43 against 0.27 s a step with overlap off; docs/benchmarks.md). The collectives it
+# advances are the hidden ones; a rank blocked on one polls at the cap itself.
+PROGRESS_CAPS = 4
+
+
+def offering(client: StagedClient, version: int,
+             poison: bool) -> AfterBackward:
+    """The staged gradient's ``after_backward``: each bucket to ``client`` as gradient of
+    ``version``; ``poison`` makes them non-finite (``debug.nan_at_step``: every shard skips
+    the step)."""
+    def after_backward(bucket: int, g_bucket: np.ndarray) -> None:
+        client.offer(version, bucket, np.full_like(g_bucket, np.nan) if poison else g_bucket)
+    return after_backward
+
+
+class StagedTraining:
+    """One worker's training loop with overlapped steps (see the module docstring).
+
+    Args:
+      worker: the rank's trainer (mini-batches, the staged gradient, counters, reports).
+      client: the parameter store, bucket by bucket.
+      after_step: called with each version once it has wholly arrived, and its step's
+        report.
+    """
+
+    def __init__(self, worker: Worker, client: StagedClient, after_step: AfterStep):
+        self.worker, self.client, self.after_step = worker, client, after_step
+        self.arriving: Incoming | None = None  # the next version's parameters, on their way
+
+    def before_forward(self, bucket: int) -> None:
+        """Load bucket ``bucket`` of the arriving version into the training variables,
+        waiting for it (the wait counts as waiting for parameters)."""
+        if self.arriving is not None:
+            t0 = time.perf_counter()
+            theta_bucket = self.arriving.wait(bucket)
+            self.worker.t_wait_params += time.perf_counter() - t0
+            self.worker.learner.assign_bucket(bucket, theta_bucket)
+
+    def land(self, report: WorkerReport) -> Params:
+        """The arriving version, wholly arrived, into the prediction variables; its step's
+        ``after_step``."""
+        assert self.arriving is not None, "a version is on its way"
+        params = self.arriving.params()
+        self.worker.learner.set_params(params.theta, params.version)
+        self.after_step(params, report)
+        return params
+
+    def run(self) -> Params | None:
+        """Train until the client ends the run; the last parameters (None if the client
+        ended it without them), as :meth:`~dba3c.training.worker.Worker.train`."""
+        worker, client = self.worker, self.client
+        params = worker.start(client)
+        if worker.cfg.train.reached_max_steps(params.version):
+            return params
+        lap = worker.laps.trainer.lap
+        report = worker.report({}, 0.0)
+        try:
+            with Poller(client.progress, PROGRESS_CAPS * worker.cfg.dist.collective_poll_s):
+                while True:
+                    batch = worker.next_batch(params.version)
+                    lap("wait data")
+                    version = params.version if self.arriving is None else self.arriving.version
+                    after_backward = offering(client, version,
+                                              non_finite_due(worker.cfg.debug, version))
+                    losses = worker.staged_gradient(batch, self.before_forward, after_backward,
+                                                    version)
+                    lap("gradient (and the parameters of its forward pass)")
+                    if self.arriving is not None:  # theta_version has wholly arrived
+                        params = self.land(report)
+                        lap("after step (report, metrics, checkpoints)")
+                    t0 = time.perf_counter()
+                    self.arriving = client.finish()
+                    worker.t_wait_params += time.perf_counter() - t0
+                    lap("push")
+                    if self.arriving is None:
+                        return None
+                    worker.check_streak(self.arriving.nonfinite_streak, self.arriving.version)
+                    report = worker.report(losses, float(version - batch.version.mean()))
+                    if client.stopping:
+                        return self.land(report)
+        finally:
+            worker.stop()
