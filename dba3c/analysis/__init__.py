@@ -1,1 +1,1 @@
-"""TODO"""
+"""Reading finished runs: ``dba3c plot`` (plots.py) draws runs and sweeps from their files."""

@@ -1,20 +1,27 @@
-"""Distributed BA3C over a :class:`~dba3c.distributed.transport.Transport`: chief, parameter
-servers,
-workers and an optional evaluator (which rank plays which: :mod:`dba3c.distributed.roles`).
+"""Distributed BA3C over a :class:`~dba3c.core.Transport`: chief, workers, an optional
+evaluator, and the gradients' aggregation, by parameter-server ranks (``ps/``, the paper's)
+or by collectives among the workers (``collective/``). Which rank plays which:
+:mod:`dba3c.distributed.roles`.
 
-Reading order, one module per piece:
+Reading order:
 
-  report.py         WorkerReport: the one schema of a worker's counters and losses
-  wire.py           the message kinds (Tag), one frozen dataclass with encode/decode each
-  mailbox.py        Sender (sends kept alive until done), Inbox (a standing typed receive),
-                    ShardFeed (the newest parameters from every PS, put together)
-  ps.py             ParameterServer: one shard's state machine, driven by poll()
-  worker_client.py  RemoteParameterClient: a worker's pull/push over the PS ranks
-  chief_link.py     ChiefLink: the chief's mailboxes, the stop protocol, the stall watchdog
-  evaluator.py      EvaluatorRank: plays the newest complete snapshot
-  collective.py     dist.aggregation: collective: no PS ranks; CollectiveClient (reduce-
-                    scatter, Adam on the own shard, allgather), the chief's link, each loop
-  run.py            run_rank / train_distributed: each rank plays its role to the end
+  run.py           run_rank / train_distributed: each rank plays its role to the end
+  roles.py         which rank is chief, parameter server, worker or evaluator; shard plans
+  wire.py          the message kinds (Tag), one frozen dataclass with encode/decode each
+  mailbox.py       Sender (sends kept alive until done), Inbox (a standing typed receive),
+                   ShardFeed (the newest parameters from every PS, put together)
+  transport.py     MpiTransport (the only module importing MPI), InProcessTransport (tests),
+                   and the waits that never spin
+  shard.py         ShardServer: one shard's optimizer and the aggregation rules, no I/O
+  ps/              the paper's parameter servers: client.py, chief_link.py, ranks.py,
+                   server.py (ParameterServer: one shard's state machine, driven by poll())
+  collective/      no parameter servers: client.py, chief_link.py, ranks.py, staged.py
+  chief_inbox.py   what reaches the chief in either mode: reports, evaluations, checkpoints
+  evaluator.py     the evaluator rank: plays the newest complete snapshot
+  watchdog.py      the stall clock and who is named when no step completes
+  pacing.py        ReplyPacer: a parameter server's polls paced to its workers' replies
+  synthetic.py     SyntheticWorker: timed waits and seeded gradients, no TensorFlow
+                   (the emulated cluster's ranks)
 
 Synchronous step t: each worker sends its gradient at theta_t to every PS; each PS averages
 the first R gradients for t, applies Adam and broadcasts theta_{t+1}; older gradients are

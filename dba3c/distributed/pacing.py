@@ -6,7 +6,7 @@ times during one 320 ms worker step, and on a small node every wake-up takes a c
 worker's training threads. It needs not: a worker answers parameters with a gradient no
 sooner than one gradient computation later. :class:`ReplyPacer` sleeps through most of that
 time and polls finely only once a reply is due, so gradients are picked up as promptly as
-before with about an eighth of the wake-ups.
+before with far fewer wake-ups (docs/decisions.md, "reply pacing").
 
 Pure timing logic, no I/O: callers pass ``now`` (``time.monotonic()``), tests pass numbers.
 """

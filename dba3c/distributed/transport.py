@@ -84,8 +84,8 @@ def collective_wait(cap_s: float) -> WaitSleeps:
     ``cap_s``: ``QUICK_DIVISOR`` times faster for its first ``QUICK_CAPS`` caps (10 us for
     1 ms at the default 50 us), then backing off to the cap. With the communication hidden
     behind compute, what a step still waits for is the first layer's reduce-scatter and
-    allgather, ~1.4 ms of message rounds that each wait for a poll (docs/benchmarks.md); a
-    long wait (a straggler) still polls at the cap."""
+    allgather, a few message rounds that each wait for a poll; a long wait (a straggler)
+    still polls at the cap (docs/decisions.md, "quick polls")."""
     return {"max_sleep_s": cap_s, "quick_s": QUICK_CAPS * cap_s,
             "quick_sleep_s": cap_s / QUICK_DIVISOR}
 
@@ -119,9 +119,10 @@ TIMER_SLACK_NS = 1000  # how late a sleep may end: Linux's default is 50 us
 
 def precise_sleeps(slack_ns: int = TIMER_SLACK_NS) -> None:
     """Let the calling thread's sleeps, and those of the threads it starts later, end at most
-    ``slack_ns`` late instead of Linux's default 50 us: a rank polling a collective with
-    20 us sleeps would sleep ~70 us each time, and every round of the collective waits for a
-    poll (docs/benchmarks.md). Does nothing where prctl is not Linux's."""
+    ``slack_ns`` late instead of Linux's default 50 us: with the default, a rank's short
+    polling sleeps in a collective last well beyond what they ask, and every round of the
+    collective waits for a poll (docs/decisions.md, "timer slack"). Does nothing where prctl
+    is not Linux's."""
     if not sys.platform.startswith("linux"):
         return
     prctl = ctypes.CDLL(None, use_errno=True).prctl
@@ -133,8 +134,9 @@ def precise_sleeps(slack_ns: int = TIMER_SLACK_NS) -> None:
 # MPICH's control variables for ``dist.collective_algorithm: recursive``: reduce-scatter by
 # recursive halving and allgather(v) by recursive doubling move the same bytes per rank as
 # MPICH's choice above 512 KB (pairwise exchange and a ring), in log2 W rounds instead of
-# W - 1 each; every round waits for a poll of MPI_Test (docs/benchmarks.md). Another MPI
-# ignores them (Open MPI: its ``coll`` MCA parameters choose).
+# W - 1 each; every round waits for a poll of MPI_Test
+# (docs/decisions.md, "recursive collectives"). Another MPI ignores them (Open MPI: its
+# ``coll`` MCA parameters choose).
 RECURSIVE_COLLECTIVES = {"MPIR_CVAR_IREDUCE_SCATTER_INTRA_ALGORITHM": "sched_recursive_halving",
                          "MPIR_CVAR_IALLGATHERV_INTRA_ALGORITHM": "sched_recursive_doubling"}
 

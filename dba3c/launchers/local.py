@@ -60,8 +60,8 @@ def launch_layout(config: str, overrides: list[str], *, workers: int, ps: int | 
 def launch_environment() -> dict[str, str]:
     """This process's environment for mpiexec and its ranks: unbuffered Python output, and
     MPICH's single-copy (process_vm_readv) transfers between ranks on one host, so a multi-MB
-    parameter message needs two progress calls, not one per 64 KB cell (Pong 1 worker + 1
-    PS: 672 -> 1058 data points/s; docs/benchmarks.md)."""
+    parameter message needs two progress calls, not one per 64 KB cell (docs/decisions.md,
+    "single-copy transfers")."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.setdefault("MPIR_CVAR_CH4_CMA_ENABLE", "1")
     return env

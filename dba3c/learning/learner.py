@@ -270,7 +270,8 @@ class StageHooks:
         """A ``tf.numpy_function`` op calling ``before_forward(b)``, or ``after_backward(b,
         g_b)`` with a copy of g_b when given (NumPy's view of the tensor lives only during
         the op; the callback may keep its copy); its output (a bool) is for control deps.
-        (``tf.py_function`` costs about twice as much per op: 130 against 65 us.)"""
+        (``tf.py_function`` costs about twice as much per op; docs/decisions.md,
+        "numpy_function hooks".)"""
 
         def call(*g: np.ndarray) -> bool:
             try:

@@ -2,11 +2,10 @@
 collective``): the training ranks are their own parameter servers.
 
 The W training ranks form a group (:meth:`~dba3c.distributed.transport.Transport.split`; an
-evaluator rank
-stays out). Group rank w owns shard w of the flat parameter vector
+evaluator rank stays out). Group rank w owns shard w of the flat parameter vector
 (``shard_bounds(num_params, W)``) and its Adam state, in a
-:class:`~dba3c.distributed.shard.ShardServer`.
-One synchronous step t, in :meth:`CollectiveClient.push`:
+:class:`~dba3c.distributed.shard.ShardServer`. One synchronous step t, in
+:meth:`CollectiveClient.push`:
 
   1. a reduce-scatter of the gradients (sum; each rank receives its shard's part) and, in
      flight beside it, an allreduce of a small control vector: how many gradients were not
@@ -16,16 +15,14 @@ One synchronous step t, in :meth:`CollectiveClient.push`:
      the version advances, the streak is counted), as a parameter server does;
   3. an allgather of the updated shards: every rank holds theta_{t+1} and trains on it.
 
-While a rank waits in a collective its actor thread keeps simulating (``dba3c.training.worker``);
-waiting polls the requests with sleeps of at most ``dist.collective_poll_us`` (50 us,
-``WAIT_MAX_SLEEP_S``; :func:`~dba3c.distributed.transport.wait_until`; the rank's sleeps end on
-time,
-:func:`~dba3c.distributed.transport.precise_sleeps`), so a waiting rank does not spin a core. The
-sleeps
-are shorter than elsewhere because a nonblocking collective advances from one round of its
-algorithm to the next only inside an MPI call, and every round waits for a poll:
-docs/benchmarks.md measured the step and a waiting rank's CPU for 0.5 ms, 50, 20 and 10 us
-sleeps against MPI's blocking wait (which spins a whole core).
+While a rank waits in a collective its actor thread keeps simulating
+(``dba3c.training.worker``); waiting polls the requests with sleeps of at most
+``dist.collective_poll_us`` (50 us, ``WAIT_MAX_SLEEP_S``;
+:func:`~dba3c.distributed.transport.wait_until`; the rank's sleeps end on time,
+:func:`~dba3c.distributed.transport.precise_sleeps`), so a waiting rank does not spin a core.
+The sleeps are shorter than elsewhere because a nonblocking collective advances from one round
+of its algorithm to the next only inside an MPI call, and every round waits for a poll; MPI's
+blocking wait, faster on a quiet node, spins a whole core (docs/decisions.md, "50 us poll cap").
 """
 
 from __future__ import annotations

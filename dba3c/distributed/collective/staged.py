@@ -30,9 +30,9 @@ from dba3c.training.worker import AfterBackward, AfterStep, Worker
 
 # The Poller of a staged step tests the collectives in flight every PROGRESS_CAPS x
 # dist.collective_poll_us (200 us by default): every wake takes the GIL from the actor and
-# TensorFlow's callbacks, and at 50 us two real Breakout ranks on 2 cores stepped 1.6x slower
-# (0.43 against 0.27 s a step with overlap off; docs/benchmarks.md). The collectives it
-# advances are the hidden ones; a rank blocked on one polls at the cap itself.
+# TensorFlow's callbacks, so polling at every cap slows real ranks that share a node's few
+# cores (docs/decisions.md, "progress every 4 caps"). The collectives it advances are the
+# hidden ones; a rank blocked on one polls at the cap itself.
 PROGRESS_CAPS = 4
 
 

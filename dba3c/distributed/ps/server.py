@@ -44,6 +44,7 @@ from dba3c.learning.params import shard_bounds
 FROZEN_POLL_S = 1e-4  # a frozen PS only waits for the chief's STOP_AT
 # Gradient receives a parameter server keeps posted (from any worker): one per worker would
 # hold W shard-sized buffers (83 MB at W = 64, P = 1), more than the rest of the rank
+# (docs/decisions.md, "receive pool of 8")
 GRAD_RECEIVES = 8
 
 
