@@ -29,7 +29,7 @@ test: lint  ## lint, then the whole test suite (CI runs this; a lint failure fai
 test-fast: $(STAMP)  ## unit tests only
 	$(BIN)/python -m pytest -q -m "not slow and not slurm"
 
-bench: $(STAMP)  ## benchmark harness: bench/results.json + a table appended to docs/benchmarks.md
+bench: $(STAMP)  ## benchmark harness: bench/results.json (dba3c bench --log adds a new docs/log entry)
 	$(BIN)/dba3c bench
 
 bench-quick: $(STAMP)

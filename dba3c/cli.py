@@ -80,14 +80,19 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--time", type=int, default=60, help="Slurm time limit per run, minutes")
 
     p = sub.add_parser("bench", help="ceilings, end-to-end throughput, MFU, distributed "
-                       "overhead -> bench/results.json + docs/benchmarks.md")
+                       "overhead -> bench/results.json (--log: and a new docs/log entry)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
     p.add_argument("--config", default="configs/breakout.yaml", help="YAML preset")
     p.add_argument("--quick", action="store_true", help="shorter runs (under 3 minutes)")
     p.add_argument("--out", default="bench/results.json",
                    help="JSON results (--scale, --profile and --long write scale.json, "
                    "profile.json and long.json in its directory)")
-    p.add_argument("--docs", default="docs/benchmarks.md", help="markdown file to append to")
+    p.add_argument("--log", action="store_true",
+                   help="also write the Markdown table as a new log entry, "
+                   "DIR/YYYY-MM-DD-bench-KIND.md (DIR: --log-dir; KIND: node, profile, long "
+                   "or scale; -2, -3, ... when the name exists); no curated page is edited")
+    p.add_argument("--log-dir", default=None, metavar="DIR",
+                   help="--log: the log's directory (default docs/log)")
     p.add_argument("--long", type=float, default=None, metavar="SECONDS",
                    help="instead: one long 1 worker + 1 PS run (evaluations on) measuring "
                    "peak RSS per rank over time and run-directory growth")
@@ -276,7 +281,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """``dba3c bench``: measure, write the JSON, append the markdown table, print it."""
+    """``dba3c bench``: measure, write the JSON (with ``--log`` also a new log entry), print
+    the Markdown table."""
     from pathlib import Path
 
     from dba3c.benchmarks.node import bench_command, long_command, profile_command
@@ -287,12 +293,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
              (None, False)]
     if len(modes) > 1:
         raise UserError(f"{' and '.join(modes)} are separate benchmarks: give one of them")
+    if args.log_dir is not None and not args.log:
+        raise UserError("--log-dir is a --log option (give --log)")
+    log_dir = Path(args.log_dir or "docs/log") if args.log else None
     if args.profile:
         out_json = Path(args.out).with_name("profile.json")
-        table = profile_command(args.config, args.overrides, args.quick, out_json,
-                                Path(args.docs))
+        table, log = profile_command(args.config, args.overrides, args.quick, out_json,
+                                     log_dir)
     elif args.scale:
-        from dba3c.benchmarks.scale.cluster import POINT_TIMEOUT_S, SCALE_JSON, scale_command
+        from dba3c.benchmarks.scale.cluster import POINT_TIMEOUT_S
+        from dba3c.benchmarks.scale.report import SCALE_JSON, scale_command
 
         if args.compute_ms is not None and args.compute_ms <= 0:
             raise UserError(f"--compute-ms {args.compute_ms:g} must be a positive number of "
@@ -304,9 +314,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise UserError(f"--point-timeout {point_timeout:g} must be a positive number of "
                             f"seconds")
         out_json = Path(args.out).with_name(SCALE_JSON)
-        table = scale_command(args.config, args.overrides, args.quick, args.compute_ms,
-                              args.time_scale, out_json, Path(args.docs),
-                              args.aggregation or "ps", args.workers, args.ps, point_timeout)
+        table, log = scale_command(args.config, args.overrides, args.quick, args.compute_ms,
+                                   args.time_scale, out_json, log_dir,
+                                   args.aggregation or "ps", args.workers, args.ps,
+                                   point_timeout)
     elif (args.aggregation is not None or args.workers or args.ps
           or args.point_timeout is not None):
         option = ("--aggregation" if args.aggregation is not None
@@ -315,8 +326,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise UserError(f"{option} is a --scale option (give --scale)")
     elif args.long is None:
         out_json = Path(args.out)
-        table = bench_command(args.config, args.overrides, args.quick, out_json,
-                              Path(args.docs))
+        table, log = bench_command(args.config, args.overrides, args.quick, out_json,
+                                   log_dir)
     else:
         run_dir = Path(args.run_dir)
         if args.long <= 0:
@@ -325,10 +336,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise UserError(f"--run-dir {run_dir} exists; a long run needs a fresh directory "
                             f"(it would resume instead)")
         out_json = Path(args.out).with_name("long.json")
-        table = long_command(args.config, args.overrides, args.long, run_dir, out_json,
-                             Path(args.docs))
+        table, log = long_command(args.config, args.overrides, args.long, run_dir, out_json,
+                                  log_dir)
     print(table, end="")
-    print(f"bench: results in {out_json}; section appended to {args.docs}", file=sys.stderr)
+    print(f"bench: results in {out_json}" + (f"; log entry {log}" if log else ""),
+          file=sys.stderr)
     return 0
 
 

@@ -1,26 +1,35 @@
-"""The benchmark harness's arithmetic and measurement helpers (the timings themselves are
-recorded by ``make bench``, never asserted)."""
+"""The benchmark harness's arithmetic, measurement helpers and records (the timings themselves
+are recorded by ``make bench``, never asserted)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from datetime import date
 
 import pytest
 
 from dba3c.benchmarks.node import (
-    RssSampler,
     _dir_bytes,
     bytes_per_step,
     combined_ceiling,
     combined_rate,
-    cpu_description,
     growth_rate,
     long_table,
     markdown_table,
     profile_table,
     sandwiched_overheads,
 )
+from dba3c.benchmarks.record import (
+    RssSampler,
+    command_line,
+    cpu_description,
+    record,
+    write_log,
+)
+
+from conftest import ROOT
 
 
 def test_combined_rate_adds_the_time_of_both_computations():
@@ -164,3 +173,68 @@ def test_cpu_description_names_the_first_cpu_and_its_widest_vector_instructions(
             == "AMD EPYC 9B14 (family 25, model 17, 2.6 GHz, AVX-512)")
     assert cpu_description(first.replace(" avx512f avx512bw", "")).endswith("GHz, AVX2)")
     assert cpu_description("flags\t: fpu\n") == "unknown CPU (family ?, model ?, no AVX2)"
+
+
+def test_command_line_names_the_config_only_when_it_is_not_the_default():
+    assert command_line(" --quick", "configs/breakout.yaml", []) == "dba3c bench --quick"
+    assert command_line(" --profile", "configs/pong_small.yaml", ["train.lr=1e-3"]) == \
+        "dba3c bench --profile --config configs/pong_small.yaml train.lr=1e-3"
+
+
+def test_a_log_entry_is_never_overwritten(tmp_path):
+    log_dir = tmp_path / "docs" / "log"
+    assert write_log("# one\n", log_dir, "2026-11-23", "node") == \
+        log_dir / "2026-11-23-bench-node.md"
+    assert write_log("# two\n", log_dir, "2026-11-23", "node") == \
+        log_dir / "2026-11-23-bench-node-2.md"
+    (log_dir / "2026-11-23-bench-node-3.md").write_text("# by hand\n")
+    assert write_log("# four\n", log_dir, "2026-11-23", "node") == \
+        log_dir / "2026-11-23-bench-node-4.md"
+    assert write_log("# other\n", log_dir, "2026-11-23", "long").name == \
+        "2026-11-23-bench-long.md"
+    assert [(p.name, p.read_text()) for p in sorted(log_dir.iterdir())] == [
+        ("2026-11-23-bench-long.md", "# other\n"), ("2026-11-23-bench-node-2.md", "# two\n"),
+        ("2026-11-23-bench-node-3.md", "# by hand\n"), ("2026-11-23-bench-node-4.md", "# four\n"),
+        ("2026-11-23-bench-node.md", "# one\n")]
+
+
+def test_record_writes_the_json_and_a_log_entry_only_when_asked(tmp_path):
+    out_json = tmp_path / "bench" / "results.json"
+    assert record({"date": "2026-11-22", "x": 1}, "# page\n", out_json, "node", None) is None
+    assert json.loads(out_json.read_text()) == {"date": "2026-11-22", "x": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench"]
+    # dated by the results' date; today where they have none (a long run's)
+    assert record({"date": "2026-11-22"}, "# page\n", out_json, "node", tmp_path / "log") == \
+        tmp_path / "log" / "2026-11-22-bench-node.md"
+    assert record({}, "# page\n", out_json, "long", tmp_path / "log") == \
+        tmp_path / "log" / f"{date.today().isoformat()}-bench-long.md"
+    assert (tmp_path / "log" / "2026-11-22-bench-node.md").read_text() == "# page\n"
+
+
+def test_bench_log_writes_a_node_entry_and_never_edits_a_curated_page(tmp_path, monkeypatch,
+                                                                      capsys):
+    # a repository root of its own: dba3c bench --log's default directory is docs/log there
+    from dba3c.benchmarks import node
+    from dba3c.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    curated = tmp_path / "docs" / "benchmarks.md"
+    curated.parent.mkdir()
+    curated.write_bytes(b"# Benchmarks\n\nHand-written figures.\n")
+    monkeypatch.setattr(node, "run_bench", lambda config, overrides, quick: _bench_results())
+    argv = ["bench", "--quick", "--config", str(ROOT / "configs/breakout.yaml")]
+    assert main(argv) == 0  # without --log: the JSON only
+    out, err = capsys.readouterr()
+    assert err == "bench: results in bench/results.json\n" and "| 0.96 |" in out
+    assert json.loads((tmp_path / "bench" / "results.json").read_text()) == _bench_results()
+    assert not (tmp_path / "docs" / "log").exists()
+    for expected in ("2026-11-22-bench-node.md", "2026-11-22-bench-node-2.md"):
+        assert main([*argv, "--log"]) == 0
+        out, err = capsys.readouterr()
+        assert err == f"bench: results in bench/results.json; log entry docs/log/{expected}\n"
+        assert (tmp_path / "docs" / "log" / expected).read_text() == out
+        assert out.startswith("# `dba3c bench --quick` on 2026-11-22\n\nCommand: `dba3c bench "
+                              "--quick --config ")
+    assert curated.read_bytes() == b"# Benchmarks\n\nHand-written figures.\n"
+    assert main([*argv, "--log-dir", "elsewhere"]) == 2
+    assert capsys.readouterr().err == "error: --log-dir is a --log option (give --log)\n"

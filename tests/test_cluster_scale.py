@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dba3c.benchmarks.emulated import EmulatedCluster, emulation_problem
-from dba3c.benchmarks.scale.cluster import WIRE_PER_PAYLOAD
+from dba3c.benchmarks.scale.model import WIRE_PER_PAYLOAD
 
 from conftest import read_jsonl
 from test_reliability import Job, error_lines, wait_for_steps

@@ -21,7 +21,6 @@ from dba3c.benchmarks.proctree import TIMED_OUT, Interrupt
 from dba3c.benchmarks.scale import cluster as scale
 from dba3c.benchmarks.scale.cluster import (
     PointPlan,
-    ScalePoint,
     job_failure,
     job_groups,
     job_runs,
@@ -29,6 +28,7 @@ from dba3c.benchmarks.scale.cluster import (
     run_points,
     unfinished,
 )
+from dba3c.benchmarks.scale.grid import ScalePoint
 from dba3c.benchmarks.scale.job import event_line, job_event, read_job, write_job
 from dba3c.distributed.collective.ranks import sit_out_collective_run
 from dba3c.distributed.transport import InProcessTransport, TransportView

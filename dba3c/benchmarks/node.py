@@ -1,7 +1,8 @@
 """``dba3c bench [--quick]``: how close one node gets to its ceilings, and what the
 distributed machinery costs, measured on this machine in one go.
 
-Writes ``bench/results.json`` and appends a markdown table to ``docs/benchmarks.md``:
+Writes ``bench/results.json`` and prints a Markdown page (with ``--log`` also a new log
+entry under ``docs/log``, :func:`dba3c.benchmarks.record.record`):
 
 1. emulator ceiling: AtariVectorEnv steps/s alone (configured envs, batch, threads);
 2. compute ceilings: prediction states/s and training samples/s of the model alone, and the
@@ -15,14 +16,13 @@ Writes ``bench/results.json`` and appends a markdown table to ``docs/benchmarks.
 plus peak RSS per rank and the bytes each worker sends and receives per step.
 
 ``dba3c bench --profile`` instead trains in this process and reports where one worker's
-actor and trainer threads spend each step (``bench/profile.json`` and a markdown table).
+actor and trainer threads spend each step (``bench/profile.json`` and a Markdown page);
+``dba3c bench --long`` measures memory and disk over one long run (``bench/long.json``).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -36,11 +36,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dba3c.benchmarks.record import RssSampler, command_line, machine_description, record
 from dba3c.config import Config
 from dba3c.distributed.wire import HEADER
 from dba3c.preset import load_config
 from dba3c.training.profiling import WorkerLaps, section_table
-from dba3c.training.rundir import RunDir, write_atomic
+from dba3c.training.rundir import RunDir
 
 if TYPE_CHECKING:  # imported where needed, like the other dba3c modules of a measurement
     from dba3c.learning.models import NetSpec
@@ -151,94 +152,6 @@ def matmul_peak(seconds: float, n: int = 2048) -> float:
     return 2.0 * n ** 3 * calls / elapsed
 
 
-class RssSampler(threading.Thread):
-    """Peak RSS (VmHWM) of every descendant of a process that announces an MPI rank (or of
-    the process itself), sampled every ``interval`` seconds from /proc."""
-
-    def __init__(self, pid: int, interval: float = 1.0):
-        super().__init__(daemon=True)
-        self.pid, self.interval = pid, interval
-        self.peak_mb: dict[str, float] = {}
-        self.series: list[tuple[float, dict[str, float]]] = []  # (seconds, peak so far)
-        self._finished = threading.Event()
-        self._lock = threading.Lock()
-
-    def run(self) -> None:
-        start = time.monotonic()
-        while not self._finished.wait(self.interval):
-            self.sample()
-            self.series.append((time.monotonic() - start, dict(self.peak_mb)))
-
-    def sample(self) -> None:
-        """Read every process's peak now."""
-        with self._lock:
-            for pid in [self.pid, *_descendants(self.pid)]:
-                hwm, rank = _vm_hwm_mb(pid), _rank_of(pid)
-                if hwm is not None and (rank is not None or pid == self.pid):
-                    key = f"rank{rank}" if rank is not None else "process"
-                    self.peak_mb[key] = max(self.peak_mb.get(key, 0.0), hwm)
-
-    def restart(self) -> dict[str, float]:
-        """The peaks until now (MB by rank, sampled once more); then start again from every
-        rank's current RSS (the kernel's VmHWM reset through /proc/PID/clear_refs), e.g.
-        when the ranks of a job go on to another run."""
-        self.sample()
-        with self._lock:
-            peaks, self.peak_mb = dict(sorted(self.peak_mb.items())), {}
-            for pid in _descendants(self.pid):
-                if _rank_of(pid) is not None:
-                    try:
-                        Path(f"/proc/{pid}/clear_refs").write_text("5")
-                    except OSError:
-                        continue
-        return peaks
-
-    def stop(self) -> dict[str, float]:
-        """Stop sampling; peak RSS in MB by rank."""
-        self._finished.set()
-        self.join()
-        return dict(sorted(self.peak_mb.items()))
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _vm_hwm_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        return None
-    return None
-
-
-def _rank_of(pid: int) -> int | None:
-    try:
-        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return None
-    for item in env:
-        if item.startswith(b"PMI_RANK="):
-            return int(item.split(b"=", 1)[1])
-    return None
-
-
 def run_training(config: str, overrides: list[str], workers: int, seconds: float) -> dict:
     """Train for ``seconds`` (one process when ``workers`` is 0, else ``dba3c launch``);
     steady-state data points/s, time fractions, and peak RSS per rank. An exception while it
@@ -330,12 +243,12 @@ def profile_worker(config: str, overrides: list[str], window_s: float,
 
 
 def profile_table(r: dict, command: str) -> str:
-    """A profile's sections as a dated markdown section."""
+    """A profile's sections as a dated Markdown page."""
     rows = [f"| {thread} | {name} | {ms:.3f} | {share:.3f} |"
             for thread in ("actor", "trainer") for name, ms, share in r[thread]]
     load = ", ".join(f"{x:.1f}" for x in r["load_average"])
     return "\n".join([
-        f"## `dba3c bench --profile` on {r['date']}", "",
+        f"# `dba3c bench --profile` on {r['date']}", "",
         f"Command: `{command}`  ", f"Machine: {r['machine']}; config `{r['config']}` "
         f"{' '.join(r['overrides'])}; load average at the end {load}", "",
         f"{r['data_points_per_s']:.0f} data points/s over {r['window_s']:.0f} s after "
@@ -402,12 +315,12 @@ def long_run(config: str, overrides: list[str], seconds: float, run_dir: Path, *
 
 
 def long_table(r: dict, command: str) -> str:
-    """A long run's memory and disk figures as a dated markdown section."""
+    """A long run's memory and disk figures as a dated Markdown page."""
     rows = [f"| {k} | {r['peak_rss_mb_after_warmup'][k]:.0f} | {v:.0f} | "
             f"{100 * r['rss_growth'][k]:+.1f}% |"
             for k, v in r["peak_rss_mb_final"].items() if k in r["rss_growth"]]
     return "\n".join([
-        f"## Long run: memory and disk ({date.today().isoformat()})", "",
+        f"# Long run: memory and disk ({date.today().isoformat()})", "",
         f"Command: `{command}` ({r['workers']} worker + {r['ps']} PS, {r['final_step']:,} steps "
         f"in {r['seconds']:.0f} s)", "",
         f"| rank | peak RSS after {r['warmup_s']:.0f} s warm-up, MB | peak RSS at the end, MB"
@@ -476,45 +389,13 @@ def run_bench(config: str, overrides: list[str], quick: bool,
     return results
 
 
-def cpu_description(cpuinfo: str) -> str:
-    """The first CPU of a /proc/cpuinfo text: model name, family and model numbers, clock,
-    and the widest vector instructions it lists (AVX-512, AVX2 or neither)."""
-    fields: dict[str, str] = {}
-    for line in cpuinfo.splitlines():
-        if not line.strip():
-            break  # the first processor only
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
-    flags = set(fields.get("flags", "").split())
-    vector = ("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags
-              else "no AVX2")
-    mhz = fields.get("cpu MHz")
-    clock = f", {float(mhz) / 1000:.1f} GHz" if mhz else ""
-    return (f"{fields.get('model name', 'unknown CPU')} (family {fields.get('cpu family', '?')}"
-            f", model {fields.get('model', '?')}{clock}, {vector})")
-
-
-def machine_description() -> str:
-    """CPU model, logical cores and memory of this machine."""
-    model = platform.processor() or "unknown CPU"
-    try:
-        model = cpu_description(Path("/proc/cpuinfo").read_text())
-        mem_kb = next(int(line.split()[1]) for line in
-                      Path("/proc/meminfo").read_text().splitlines()
-                      if line.startswith("MemTotal:"))
-        memory = f", {mem_kb / 2 ** 20:.0f} GiB"
-    except (OSError, StopIteration):
-        memory = ""
-    return f"{model}, {os.cpu_count()} logical cores{memory}"
-
-
 def markdown_table(r: dict, command: str) -> str:
-    """The results as a dated markdown section for docs/benchmarks.md."""
+    """The results as a dated Markdown page."""
     single, dist = r["single"], r["distributed"]
     rss = ", ".join(f"{k} {v:.0f}" for k, v in single["peak_rss_mb"].items())
     dist_rss = ", ".join(f"{k} {v:.0f}" for k, v in dist["1"]["peak_rss_mb"].items())
     lines = [
-        f"## `dba3c bench{' --quick' if r['quick'] else ''}` on {r['date']}", "",
+        f"# `dba3c bench{' --quick' if r['quick'] else ''}` on {r['date']}", "",
         f"Command: `{command}`  ", f"Machine: {r['machine']}; "
         f"{r['cpu_kernels']} CPU kernels; config `{r['config']}` "
         f"{' '.join(r['overrides'])} ({r['parameters']:,} parameters, "
@@ -554,49 +435,35 @@ def _spread(r: dict) -> str:
     return f", median of {len(overheads)} runs each between two single-process runs: {each}"
 
 
-def _command_line(options: str, config: str, overrides: list[str]) -> str:
-    """The ``dba3c bench`` command that reproduces a measurement, for the docs."""
-    return ("dba3c bench" + options
-            + (f" --config {config}" if config != "configs/breakout.yaml" else "")
-            + "".join(f" {o}" for o in overrides))
-
-
-def _record(results: dict, table: str, out_json: Path, docs: Path) -> None:
-    """Write ``results`` to ``out_json`` atomically and append ``table`` to ``docs``."""
-    out_json.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(out_json, (json.dumps(results, indent=1) + "\n").encode())
-    with open(docs, "a", encoding="utf-8") as f:
-        f.write("\n" + table)
-
-
 def bench_command(config: str, overrides: list[str], quick: bool, out_json: Path,
-                  docs: Path) -> str:
-    """Run the benchmarks, write the JSON and append the markdown section; return it."""
+                  log_dir: Path | None = None) -> tuple[str, Path | None]:
+    """Run the benchmarks, write the JSON and, with ``log_dir``, the Markdown page as a new
+    log entry there (:func:`~dba3c.benchmarks.record.record`); return the page and the
+    entry's path (None without ``log_dir``)."""
     results = run_bench(config, overrides, quick)
-    table = markdown_table(results, _command_line(" --quick" if quick else "", config,
-                                                  overrides))
-    _record(results, table, out_json, docs)
-    return table
+    table = markdown_table(results, command_line(" --quick" if quick else "", config,
+                                                 overrides))
+    return table, record(results, table, out_json, "node", log_dir)
 
 
 def profile_command(config: str, overrides: list[str], quick: bool, out_json: Path,
-                    docs: Path) -> str:
-    """``dba3c bench --profile``: time the sections of one worker's step, write the JSON and
-    append the markdown section; return it."""
+                    log_dir: Path | None = None) -> tuple[str, Path | None]:
+    """``dba3c bench --profile``: time the sections of one worker's step, write the JSON and,
+    with ``log_dir``, the Markdown page as a new log entry; return the page and the entry's
+    path."""
     result = profile_worker(config, overrides, 15 if quick else 40)
-    table = profile_table(result, _command_line(" --profile" + (" --quick" if quick else ""),
-                                                config, overrides))
-    _record(result, table, out_json, docs)
-    return table
+    table = profile_table(result, command_line(" --profile" + (" --quick" if quick else ""),
+                                               config, overrides))
+    return table, record(result, table, out_json, "profile", log_dir)
 
 
 def long_command(config: str, overrides: list[str], seconds: float, run_dir: Path,
-                 out_json: Path, docs: Path) -> str:
-    """``dba3c bench --long``: the long run (into the new ``run_dir``), its JSON and its
-    markdown section; return the section."""
+                 out_json: Path, log_dir: Path | None = None) -> tuple[str, Path | None]:
+    """``dba3c bench --long``: the long run (into the new ``run_dir``), its JSON and, with
+    ``log_dir``, its Markdown page as a new log entry; return the page and the entry's
+    path."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     result = long_run(config, overrides, seconds, run_dir)
-    table = long_table(result, _command_line(f" --long {seconds:g} --run-dir {run_dir}",
-                                             config, overrides))
-    _record(result, table, out_json, docs)
-    return table
+    table = long_table(result, command_line(f" --long {seconds:g} --run-dir {run_dir}",
+                                            config, overrides))
+    return table, record(result, table, out_json, "long", log_dir)

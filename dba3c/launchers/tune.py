@@ -20,7 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from dba3c.benchmarks.node import machine_description, run_training
+from dba3c.benchmarks.node import run_training
+from dba3c.benchmarks.record import machine_description
 from dba3c.config import Config, dump_yaml
 from dba3c.errors import UserError
 from dba3c.launchers.tuning import (
