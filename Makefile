@@ -20,7 +20,7 @@ run: $(STAMP)  ## short single-node Breakout training run with a live progress d
 	$(BIN)/dba3c train configs/breakout.yaml run.dir=$(RUN_DIR) $(RUN_ARGS)
 
 lint: $(STAMP)  ## ruff (style, imports, bugbear, annotations) and mypy (types), whole package
-	$(BIN)/ruff check dba3c tests
+	$(BIN)/ruff check .
 	$(BIN)/mypy
 
 test: lint  ## lint, then the whole test suite (CI runs this; a lint failure fails it)

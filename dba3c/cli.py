@@ -52,6 +52,8 @@ def make_parser() -> argparse.ArgumentParser:
     _add_config_args(p)
     p.add_argument("--workers", type=int, default=0, help="gradient ranks to lay out")
 
+    sub.add_parser("keys", help="every config key: default and meaning (Markdown)")
+
     p = sub.add_parser("launch", help="local multi-process dry run under mpiexec")
     _add_config_args(p)
     p.add_argument("--workers", type=int, required=True, help="ranks computing gradients")
@@ -178,6 +180,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     from dba3c.training.runner import train
 
     return train(args.config, args.overrides, world_size_hint())
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    """``dba3c keys``: the config key reference, from the schema (README.md shows it)."""
+    from dba3c.config import keys_markdown
+
+    print(keys_markdown(), end="")
+    return 0
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
@@ -352,7 +362,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                         trial_seconds=args.trial_seconds, write=args.write, state=args.state)
 
 
-COMMANDS = {"train": cmd_train, "describe": cmd_describe, "evaluate": cmd_evaluate,
+COMMANDS = {"train": cmd_train, "describe": cmd_describe, "keys": cmd_keys,
+            "evaluate": cmd_evaluate,
             "launch": cmd_launch, "plot": cmd_plot, "sweep": cmd_sweep,
             "bench": cmd_bench, "tune": cmd_tune}
 

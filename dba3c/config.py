@@ -83,9 +83,11 @@ INF = float("inf")
 class EnvConfig:
     """Simulators: an ALE ROM name (``breakout``) or a gymnasium id (``CartPole-v1``)."""
 
-    id: str = _opt("breakout", None, "ALE ROM name (breakout, pong, ...) or gymnasium id")
+    id: str = _opt("breakout", None, "ALE ROM name (breakout, pong, ...) or gymnasium id "
+                   "(CartPole-v1)")
     num_envs: int = _opt(10, POSITIVE, "simulators per worker (paper: 10)")
-    batch_size: int = _opt(0, NON_NEGATIVE, "envs per async recv batch; 0 = num_envs // 2")
+    batch_size: int = _opt(0, NON_NEGATIVE, "envs per async recv batch, so emulation overlaps "
+                           "prediction; 0 = num_envs // 2")
     num_threads: int = _opt(0, NON_NEGATIVE, "ALE emulator threads; 0 = number of cores")
     frame_skip: int = _opt(4, POSITIVE, "emulator frames per agent step")
     sticky_actions: float = _opt(0.0, UNIT, "repeat_action_probability")
@@ -100,13 +102,17 @@ class EnvConfig:
 class ModelConfig:
     """The network: ``ba3c`` (paper), ``a3c_ff`` (Mnih et al.) or ``mlp`` (vector inputs)."""
 
-    kind: str = _opt("ba3c", _one_of("ba3c", "a3c_ff", "mlp"), "network")
+    kind: str = _opt("ba3c", _one_of("ba3c", "a3c_ff", "mlp"), "network: ba3c (paper), a3c_ff "
+                     "(Mnih et al.) or mlp (vector observations)")
     hidden: int = _opt(128, POSITIVE, "units of the fully connected layer (paper: 128)")
-    obs: str = _opt("grayscale", _one_of("grayscale", "rgb"), "Atari observation colour")
-    frame_size: int = _opt(84, POSITIVE, "Atari frame side in pixels: the 210x160 screen "
-                           "resized to frame_size x frame_size (paper: 84)")
-    init: str = _opt("glorot", _one_of("glorot", "he"),
-                     "kernel initialisation: Glorot uniform, or He normal for the ReLU layers")
+    obs: str = _opt("grayscale", _one_of("grayscale", "rgb"), "Atari observation colour: "
+                    "grayscale or rgb")
+    frame_size: int = _opt(84, POSITIVE, "Atari frame side S in pixels: the 210x160 screen "
+                           "resized to S x S by ale-py (paper: 84); at least 20 for a3c_ff, 52 "
+                           "for ba3c")
+    init: str = _opt("glorot", _one_of("glorot", "he"), "kernel initialisation: glorot (uniform) "
+                     "or he (normal, variance 2/fan_in, on the ReLU layers: the paper's code's "
+                     "default); the heads stay Glorot, the policy's scaled by 0.01")
 
 
 @dataclass(frozen=True)
@@ -120,18 +126,23 @@ class TrainConfig:
     value_weight: float = _opt(0.5, NON_NEGATIVE, "value loss weight")
     lr: float = _opt(1e-3, _between(0, 1, lo_open=True),
                      "learning rate of optim.kind (Adam or RMSProp)")
-    lr_schedule: str = _opt("constant", _one_of("constant", "linear"),
-                            "constant, or linear decay to 0 at max_steps (applied on the shards)")
+    lr_schedule: str = _opt("constant", _one_of("constant", "linear"), "constant, or linear: lr "
+                            "x (1 - step / train.max_steps), applied on the shards from the "
+                            "global step (needs train.max_steps)")
     grad_clip: float = _opt(0.1, NON_NEGATIVE, "clip threshold; 0 = off")
     grad_clip_mode: str = _opt("average_norm", _one_of("average_norm", "global_norm"),
-                               "per-tensor average norm (paper) or global norm")
-    reward_clip: float = _opt(1.0, NON_NEGATIVE, "clip rewards to [-c, c]; 0 = off")
-    max_steps: int = _opt(100000, NON_NEGATIVE, "stop after this many updates; 0 = no limit")
+                               "average_norm: per-tensor average norm (paper), or global_norm")
+    reward_clip: float = _opt(1.0, NON_NEGATIVE, "clip rewards to [-c, c] for learning (scores "
+                              "stay real); 0 = off")
+    max_steps: int = _opt(100000, NON_NEGATIVE, "stop after this many global updates; 0 = no "
+                          "limit")
     max_seconds: float = _opt(0.0, NON_NEGATIVE, "stop after this wall time; 0 = no limit")
     queue_size: int = _opt(2, POSITIVE, "mini-batches buffered between actor and trainer")
-    max_nonfinite: int = _opt(20, POSITIVE, "consecutive non-finite updates before giving up")
-    intra_op_threads: int = _opt(0, NON_NEGATIVE, "TensorFlow threads splitting one op; "
-                                 "0 = TensorFlow's choice (one per core)")
+    max_nonfinite: int = _opt(20, POSITIVE, "consecutive non-finite updates (skipped) before the "
+                              "run stops with an error")
+    intra_op_threads: int = _opt(0, NON_NEGATIVE, "TensorFlow threads splitting one op; 0 = "
+                                 "TensorFlow's choice (one per core); set when a process's first "
+                                 "Learner starts TensorFlow")
     inter_op_threads: int = _opt(0, NON_NEGATIVE, "TensorFlow threads running independent "
                                  "ops; 0 = TensorFlow's choice")
 
@@ -153,8 +164,8 @@ class AdamConfig:
 class OptimConfig:
     """The parameter servers' update rule (paper: Adam; A3C and PAAC: RMSProp)."""
 
-    kind: str = _opt("adam", _one_of("adam", "rmsprop"), "update rule; its settings: adam.* "
-                     "or rmsprop.*, its rate: train.lr")
+    kind: str = _opt("adam", _one_of("adam", "rmsprop"), "update rule: adam (paper) or rmsprop "
+                     "(A3C, PAAC); its settings: adam.* or rmsprop.*, its rate: train.lr")
 
 
 @dataclass(frozen=True)
@@ -162,25 +173,31 @@ class RMSPropConfig:
     """Non-centered RMSProp, epsilon inside the square root (A3C: alpha 0.99; PAAC: eps 0.1)."""
 
     alpha: float = _opt(0.99, _between(0, 1, hi_open=True), "mean-square decay")
-    epsilon: float = _opt(0.1, _between(0, 1, lo_open=True),
-                          "added to the mean square under the square root")
+    epsilon: float = _opt(0.1, _between(0, 1, lo_open=True), "added to the mean square under the "
+                          "square root (non-centered RMSProp: g = alpha g + (1 - alpha) d^2, "
+                          "theta -= lr d / sqrt(g + epsilon), as A3C/PAAC and Keras 3; "
+                          "statistics shared on the shards)")
 
 
 @dataclass(frozen=True)
 class DistConfig:
     """The cluster layout and the gradient-aggregation protocol."""
 
-    mode: str = _opt("sync", _one_of("sync", "async"), "synchronous or asynchronous updates")
+    mode: str = _opt("sync", _one_of("sync", "async"), "sync (paper) or async (the paper's "
+                     "unstable comparison)")
     aggregation: str = _opt("ps", _one_of("ps", "collective"), "ps: dedicated parameter-server "
                             "ranks (paper); collective: the training ranks hold the shards "
-                            "(reduce-scatter, Adam, allgather)")
-    ps: int = _opt(1, NON_NEGATIVE, "parameter servers (shards of the model); 0 with "
-                   "dist.aggregation=collective")
+                            "(reduce-scatter, the optimizer, allgather; needs dist.ps=0, sync "
+                            "mode, no backup workers, a training chief)")
+    ps: int = _opt(1, NON_NEGATIVE, "parameter servers (model shards; at most the model's "
+                   "parameter count); 0 with dist.aggregation=collective")
     workers: int = _opt(0, NON_NEGATIVE, "ranks computing gradients; 0 = from the world size")
-    replicas_to_aggregate: int = _opt(0, NON_NEGATIVE, "gradients per step; 0 = all workers")
+    replicas_to_aggregate: int = _opt(0, NON_NEGATIVE, "gradients per step; 0 = all workers (W - "
+                                      "k gives k backup workers)")
     chief_trains: bool = _opt(True, None, "rank 0 computes gradients too")
-    stall_timeout: float = _opt(300.0, NON_NEGATIVE, "seconds without a global step before "
-                                "the chief ends the job naming the ranks it waits on; 0 = never")
+    stall_timeout: float = _opt(300.0, NON_NEGATIVE, "seconds without a global step before the "
+                                "chief ends the job naming the ranks it waits on; 0 = never "
+                                "(distributed runs only)")
     poll_max_ms: float = _opt(0.5, _between(0, 1000, lo_open=True),
                               "longest sleep between two polls of a waiting worker or "
                               "parameter server, ms (dba3c bench --scale: x its time scale)")
@@ -216,15 +233,18 @@ class EvalConfig:
     greedy: bool = _opt(True, None, "argmax actions (false: sample)")
     rank: bool = _opt(False, None, "a dedicated evaluator rank in distributed runs")
     stop_at_target: bool = _opt(False, None, "end the run when the target is reached")
-    stop_below_target: bool = _opt(False, None, "end an evaluation once its mean cannot "
-                                   "reach target_score; it records the games played (games "
-                                   "whose highest score is known: pong)")
+    stop_below_target: bool = _opt(False, None, "end an evaluation once its mean cannot reach "
+                                   "target_score (the games played plus the highest score for "
+                                   "each game left fall short; games whose highest score is "
+                                   "known: pong); eval.jsonl records the games played")
     noop_max: int = _opt(30, NON_NEGATIVE, "random no-op starts")
     max_frames: int = _opt(18000, POSITIVE, "frame cap per evaluation episode")
     num_envs: int = _opt(8, POSITIVE, "parallel evaluation games")
-    protocol: str = _opt("paper", _one_of(*PROTOCOLS), "paper: the keys as set (30 no-op "
-                         "starts, no sticky actions); machado: Machado et al. 2018, for "
-                         "training and evaluation alike (sets the keys it names)")
+    protocol: str = _opt("paper", _one_of(*PROTOCOLS), "paper: the keys as set (30 no-op starts, "
+                         "no sticky actions); machado (Machado et al. 2018): sticky actions "
+                         "0.25, the full action set, no loss-of-life signal, no no-op starts, "
+                         "for training and evaluation alike (it sets the keys it names; another "
+                         "value for one of them is an error; ALE games only)")
 
 
 @dataclass(frozen=True)
@@ -236,8 +256,8 @@ class RunConfig:
     checkpoint_every: int = _opt(1000, NON_NEGATIVE, "steps between checkpoints; 0 = end only")
     keep_checkpoints: int = _opt(3, POSITIVE, "checkpoints kept")
     log_every: int = _opt(10, POSITIVE, "steps between metrics lines")
-    progress: str = _opt("auto", _one_of("auto", "bar", "lines", "none"),
-                         "live display: bar on a terminal, periodic lines otherwise")
+    progress: str = _opt("auto", _one_of("auto", "bar", "lines", "none"), "live display: bar on "
+                         "a terminal, periodic lines otherwise (auto, bar, lines, none)")
     wandb: bool = _opt(False, None, "also log the TensorBoard scalars to Weights & Biases "
                        "(pip install 'dba3c[wandb]')")
     wandb_project: str = _opt("dba3c", None, "the W&B project")
@@ -263,10 +283,13 @@ class SyntheticConfig:
     """Synthetic-compute ranks for scale tests: no TensorFlow, no simulators; each worker
     waits its compute time, then sends a seeded gradient of the real model's size."""
 
-    enabled: bool = _opt(False, None, "workers wait compute_ms instead of computing")
+    enabled: bool = _opt(False, None, "synthetic-compute workers: no TensorFlow, no simulators; "
+                         "each step waits, then sends a seeded gradient of the real model's size "
+                         "through the real protocol (needs eval.every=0, eval.rank=false)")
     compute_ms: float = _opt(100.0, NON_NEGATIVE, "per-step compute time of a worker")
     jitter: float = _opt(0.0, NON_NEGATIVE, "per-step time x (1 + jitter x Exp(1)), seeded")
-    slow_workers: int = _opt(0, NON_NEGATIVE, "the last K workers are stragglers")
+    slow_workers: int = _opt(0, NON_NEGATIVE, "the last K workers are stragglers (slow_factor x "
+                             "the compute time)")
     slow_factor: float = _opt(2.0, _between(1, INF), "a straggler's compute-time multiple")
 
 
@@ -307,6 +330,26 @@ def describe_keys() -> list[tuple[str, Any, str]]:
     """(dotted key, default, help) for every key, for documentation and ``--help``."""
     return [(f"{s}.{f.name}", f.default, f.metadata["doc"])
             for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+
+
+def _markdown_value(value: Any) -> str:
+    """A default as YAML would write it (``false``, ``inf``), backquoted where it is text."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value == INF:
+        return "inf"
+    if isinstance(value, str):
+        return f"`{value}`" if value else '`""`'
+    return str(value)
+
+
+def keys_markdown() -> str:
+    """The config key reference: one Markdown table row per key (its default and the
+    schema's own description), as README.md shows it and ``dba3c keys`` prints it."""
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    rows += [f"| `{key}` | {_markdown_value(default)} | {doc} |"
+             for key, default, doc in describe_keys()]
+    return "\n".join(rows) + "\n"
 
 
 def _closest(name: str, options: list[str]) -> str:

@@ -1,6 +1,6 @@
 """Configuration (dba3c.config) and the rank layout (dba3c.distributed.roles), in-process.
 
-The paper's values come from DESIGN.md section 1 (Adamski et al. 2018, best run): lr 1e-3,
+The paper's values (Adamski et al. 2018, its best run): lr 1e-3,
 batch 32 per worker, FC 128, 10 simulators per worker, Adam beta1 0.8, beta2 0.75,
 epsilon 1e-8, gamma 0.99, t_max 5, entropy beta 0.01, per-tensor gradient clip by average
 norm 0.1, synchronous updates; evaluation every 1000 steps, 50 games, greedy, target 300.

@@ -1,8 +1,7 @@
 """The networks (dba3c.learning.models): parameter counts and FLOPs worked out by hand from the
-layer
-shapes, seeded initialisation, and the TensorFlow forward pass against a plain NumPy one.
+layer shapes, seeded initialisation, and the TensorFlow forward pass against a plain NumPy one.
 
-Reference: DESIGN.md section 2 (the paper's net, exact): input 84x84 x frames; conv layers
+The paper's network (Adamski et al. 2018, as its code builds it): input 84x84 x frames; conv layers
 without bias, VALID padding, ReLU; max-pool 2x2/2:
 conv 32@5x5 -> pool -> conv 32@5x5 -> pool -> conv 64@5x5 -> pool -> conv 64@3x3 -> 5x5x64
 -> FC H (with bias) -> policy (A, bias) and value (1, bias).
@@ -68,7 +67,7 @@ def test_ba3c_param_count_hidden_128_by_hand():
     # conv: 3200 + 25600 + 51200 + 36864 = 116864
     # fc:   1600 * 128 + 128 = 204928
     # heads: 128 * 6 + 6 = 774 ; 128 + 1 = 129
-    # total 116864 + 204928 + 774 + 129 = 322695 (DESIGN.md: 322,695)
+    # total 116864 + 204928 + 774 + 129 = 322695
     assert ba3c_params(128, 4, 6) == 322695
     assert NetSpec("ba3c", 128, GRAY, 6).layout().num_params == 322695
 
@@ -81,7 +80,7 @@ def test_ba3c_param_count_hidden_256_by_hand():
 
 def test_ba3c_param_count_paper_16_channels():
     # the paper fed RGB x 4 frames zero-padded to 16 channels: conv0 has 5*5*16*32 = 12800
-    # weights instead of 3200 -> 322695 + 9600 = 332295 and 528519 + 9600 = 538119 (DESIGN.md)
+    # weights instead of 3200 -> 322695 + 9600 = 332295 and 528519 + 9600 = 538119
     assert ba3c_params(128, 16, 6) == 332295
     assert ba3c_params(256, 16, 6) == 538119
     # 16 "frames" of grayscale give 16 input channels too
@@ -136,7 +135,7 @@ def test_make_net_spec_reads_the_model_section():
 
 
 @pytest.mark.parametrize("overrides, spaces, num_params", [
-    (["env.id=pong"], ((4, 84, 84), 6), 322695),  # DESIGN.md: 4 gray frames, A=6
+    (["env.id=pong"], ((4, 84, 84), 6), 322695),  # 4 gray frames, A=6
     (["env.id=CartPole-v1", "model.kind=mlp", "model.hidden=64"], ((4,), 2), 4675),
     # 42 x 42 frames: conv 8x8/4 -> 9x9x16, conv 4x4/2 -> 3x3x32; with biases
     # (8*8*4 + 1) * 16 + (4*4*16 + 1) * 32 + (288 + 1) * 256 + (256 + 1) * (6 + 1) = 88,119
@@ -178,7 +177,7 @@ def test_ba3c_flops_by_hand():
     assert 2 * macs == 129_640_192
     spec = NetSpec("ba3c", 128, GRAY, 6)
     assert spec.flops_per_state() == 2 * macs
-    # DESIGN.md: "about 130 MFLOP per state (conv1 66M, conv0 41M, conv2 20M)"
+    # about 130 MFLOP per state (conv1 66M, conv0 41M, conv2 20M)
     assert 125e6 < spec.flops_per_state() < 135e6
     assert spec.flops_per_data_point() == 4 * 2 * macs
 
@@ -197,7 +196,7 @@ def test_a3c_ff_flops_by_hand():
             + 256 * 7)                       # heads:     1,792
     spec = NetSpec("a3c_ff", 256, GRAY, 6)
     assert spec.flops_per_state() == 2 * macs == 5_934_592
-    # DESIGN.md: ~20x cheaper than ba3c
+    # ~20x cheaper than ba3c
     ratio = NetSpec("ba3c", 128, GRAY, 6).flops_per_state() / spec.flops_per_state()
     assert 15 < ratio < 30
 
