@@ -26,8 +26,8 @@ lint: $(STAMP)  ## ruff (style, imports, bugbear, annotations) and mypy (types),
 test: lint  ## lint, then the whole test suite (CI runs this; a lint failure fails it)
 	$(BIN)/python -m pytest -q
 
-test-fast: $(STAMP)  ## unit tests only
-	$(BIN)/python -m pytest -q -m "not slow and not slurm"
+test-fast: $(STAMP)  ## unit tests only (tests/unit: in-process, no subprocess)
+	$(BIN)/python -m pytest -q tests/unit
 
 bench: $(STAMP)  ## benchmark harness: bench/results.json (dba3c bench --log adds a new docs/log entry)
 	$(BIN)/dba3c bench

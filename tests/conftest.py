@@ -1,58 +1,12 @@
-"""Shared helpers: run the real ``dba3c`` command line in a subprocess."""
+"""Pytest fixtures; the helpers the tests share are in tests/support."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import dba3c as _dba3c  # noqa: F401  (sets TensorFlow's oneDNN default before tests import it)
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def dba3c(*args, timeout=300, check=True, env=None, **kw) -> subprocess.CompletedProcess:
-    """Run ``python -m dba3c ARGS`` from the repository root; output captured as text."""
-    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-    proc = subprocess.run([sys.executable, "-m", "dba3c", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout, env=full_env, **kw)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"dba3c {' '.join(map(str, args))} exited {proc.returncode}:\n"
-                             f"{proc.stderr[-4000:]}")
-    return proc
-
-
-def python_output(code: str, timeout: float) -> list[str]:
-    """The words ``code`` prints in a fresh Python process (which must succeed in
-    ``timeout`` seconds) started in the repository root."""
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.split()
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """Every JSON line of a file; strict (a torn line fails), unlike dba3c.training.rundir's reader,
-    so tests check the files independently of it."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-
-
-def latest_checkpoint(run_dir: Path):
-    """The newest checkpoint of a run directory."""
-    from dba3c.training import checkpoint
-    from dba3c.training.rundir import RunDir
-
-    return checkpoint.load_latest(RunDir(run_dir).checkpoints_dir)
-
-
-def assert_close(a: np.ndarray, b: np.ndarray, tol: float = 1e-6) -> None:
-    """Elementwise |a - b| <= tol * (1 + |b|)."""
-    np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ from dba3c.learning.rules import OptimizerState
 if TYPE_CHECKING:
     from dba3c.training.chief import Chief
 
+
 class Snapshots:
     """A training rank's shard to the evaluator rank every ``eval.every`` steps, and DONE at
     the end (as a parameter server sends them); nothing without an evaluator rank."""

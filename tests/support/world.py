@@ -1,0 +1,202 @@
+"""Ranks as threads on the in-process transport, with synthetic gradients: the parameter
+servers' world (a fake chief, then the servers, then the workers) and the collectives'."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import cast
+
+import numpy as np
+
+from dba3c.distributed.ps.chief_link import ChiefLink
+from dba3c.distributed.ps.client import RemoteParameterClient
+from dba3c.distributed.ps.server import run_ps
+from dba3c.distributed.roles import make_roles
+from dba3c.distributed.transport import InProcessTransport, offsets, wait_until
+from dba3c.distributed.wire import ReportMsg, Tag
+from dba3c.learning.rules import OptimizerState
+from dba3c.preset import from_dict
+from dba3c.training.report import WorkerReport
+
+N = 11  # parameters: odd so shards differ in size
+
+
+class FakeChief:
+    """Records what the ChiefLink hands to a Chief."""
+
+    def __init__(self):
+        self.step, self.start_step, self.stop_reason = 0, 0, None
+        self.extra, self.reports, self.checkpoints = {}, {}, {}
+
+    def worker_report(self, rank, report):
+        self.reports[rank] = report
+
+    def on_step(self, step):
+        self.step = step
+
+    def save_checkpoint(self, step, theta, m, v, count):
+        self.checkpoints[step] = (np.concatenate(theta), np.concatenate(m), np.concatenate(v),
+                                 count)
+
+    def on_eval(self, step, scores):
+        raise AssertionError("no evaluator in these tests")
+
+
+def send_final_report(t, rank: int) -> None:
+    """The last report of worker ``rank``, which the chief waits for."""
+    t.isend(ReportMsg(WorkerReport(), True, rank).encode(), 0, Tag.STATS)
+
+
+def grad_of(rank: int, version: int) -> np.ndarray:
+    """A deterministic synthetic gradient."""
+    return np.random.default_rng([rank, version]).normal(size=N).astype(np.float32)
+
+
+def make_cfg(workers: int, ps: int, eval_every: int = 0, **dist):
+    return from_dict({
+        "env": {"id": "CartPole-v1"}, "model": {"kind": "mlp"},
+        "train": {"max_steps": dist.pop("max_steps", 4), "lr": 0.01},
+        "dist": {"ps": ps, "workers": workers, "chief_trains": False, **dist},
+        "run": {"checkpoint_every": 2},
+        "eval": {"every": eval_every, "rank": eval_every > 0, "episodes": 1},
+    })
+
+
+def run_world(cfg, worker_fn, theta0, evaluator_fn=None):
+    """Start chief + PS + worker (+ evaluator) threads; return (fake chief, {rank: [Params,
+    ...]})."""
+    roles = make_roles(1 + cfg.dist.ps + cfg.dist.workers + int(cfg.eval.rank), cfg)
+    transports = InProcessTransport.create_world(roles.world_size)
+    chief = FakeChief()
+    link = ChiefLink(transports[0], roles, cfg, chief, N)
+    link.send_init(0, theta0.copy(), OptimizerState.zeros(N))
+    received: dict[int, list] = {w: [] for w in roles.workers}
+    errors = []
+
+    def guard(fn, *args):
+        try:
+            fn(*args)
+        except BaseException as e:  # surfaced by the test
+            errors.append(e)
+
+    def worker(rank):
+        client = RemoteParameterClient(transports[rank], roles, cfg, N)
+        worker_fn(rank, client, received[rank])
+        send_final_report(transports[rank], rank)
+        client.close()
+
+    threads = [threading.Thread(target=guard, args=(run_ps, transports[p], roles, cfg, N))
+               for p in roles.ps]
+    threads += [threading.Thread(target=guard, args=(worker, w)) for w in roles.workers]
+    if evaluator_fn is not None:
+        threads.append(threading.Thread(target=guard, args=(
+            evaluator_fn, transports[roles.evaluator], roles)))
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    wait_until(lambda: link.poll() or link.finished or errors or time.monotonic() > deadline)
+    for t in threads:
+        t.join(timeout=10)
+    assert not errors, errors
+    assert link.finished, "the run did not finish"
+    return chief, received
+
+
+def train_loop(delay_for=None):
+    def loop(rank, client, out):
+        params = client.pull()
+        out.append(params)
+        while params is not None:
+            if delay_for and rank in delay_for:
+                time.sleep(delay_for[rank])
+            params = client.push(params.version, grad_of(rank, params.version))
+            if params is not None:
+                out.append(params)
+    return loop
+
+
+class PostedReceives:
+    """Receives matched to arriving messages in the order they were posted (MPI's rule);
+    each completes when the test says so."""
+
+    def __init__(self):
+        self.posted: list[dict] = []
+
+    def irecv(self, buf, source, tag):
+        entry = {"buf": buf, "matched": False, "done": False}
+        self.posted.append(entry)
+
+        class Request:
+            def test(self) -> bool:
+                return entry["done"]
+        return Request()
+
+    def arrive(self, msg, complete: bool = True) -> dict:
+        entry = next(e for e in self.posted if not e["matched"])
+        data = msg.encode()
+        entry["buf"][:data.size] = data
+        entry["matched"], entry["done"] = True, complete
+        return entry
+
+
+def run_threads(fn, size: int) -> list:
+    """fn(transport) on every rank of an in-process world, as threads; their results."""
+    transports = InProcessTransport.create_world(size)
+    results: list = [None] * size
+    errors: list = []
+
+    def one(rank: int) -> None:
+        try:
+            results[rank] = fn(transports[rank])
+        except BaseException as e:  # surfaced by the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in range(size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not errors, errors
+    return results
+
+
+COUNTS = [3, 2, 2]  # group ranks' parts of a 7-vector
+
+
+def contribution(world_rank: int) -> np.ndarray:
+    return np.random.default_rng([world_rank]).normal(size=sum(COUNTS)).astype(np.float32)
+
+
+def collectives_on(transport) -> tuple | None:
+    """World rank 1 stays out; the others reduce-scatter, allreduce and allgather, with the
+    three operations in flight at once."""
+    group = transport.split(transport.rank != 1)
+    if group is None:
+        return None
+    mine = contribution(transport.rank)
+    part = np.zeros(COUNTS[group.rank], np.float32)
+    total = np.zeros(2, np.int64)
+    gathered = np.zeros(sum(COUNTS), np.float32)
+    start = offsets(COUNTS)[group.rank]
+    requests = [group.ireduce_scatter(mine, part, COUNTS),
+                group.iallreduce(np.array([group.rank, 1], np.int64), total),
+                group.iallgather(mine[start:start + COUNTS[group.rank]], gathered, COUNTS)]
+    while not all([r.test() for r in requests]):
+        pass
+    return group.rank, group.size, part, total, gathered
+
+
+def check_collectives(results: list) -> None:
+    members = [0, 2, 3]
+    assert results[1] is None
+    full = cast(np.ndarray, sum(contribution(r).astype(np.float64) for r in members))
+    pieces = np.concatenate([contribution(r)[o:o + n] for r, o, n in
+                             zip(members, offsets(COUNTS), COUNTS)])
+    for group_rank, world_rank in enumerate(members):
+        rank, size, part, total, gathered = results[world_rank]
+        assert (rank, size) == (group_rank, 3)
+        o, n = offsets(COUNTS)[rank], COUNTS[rank]
+        np.testing.assert_allclose(part, full[o:o + n], rtol=1e-6)
+        assert total.tolist() == [0 + 1 + 2, 3]
+        assert np.array_equal(gathered, pieces)

@@ -1,0 +1,169 @@
+"""The collective step (:class:`~dba3c.distributed.collective.client.CollectiveClient`) on the
+in-process transport: one rank equals the single-process store bit for bit; W ranks equal
+W workers + P parameter servers within float32 summation-order tolerance after 20 steps;
+buckets offered one by one equal the whole gradient, and out of order are refused; one
+rank's non-finite gradient makes every shard skip the same step."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from dba3c.distributed.collective.client import CollectiveClient
+from dba3c.distributed.roles import make_roles
+from dba3c.distributed.shard import ShardServer
+from dba3c.learning.optim import make_optimizer
+from dba3c.learning.params import ShardPlan
+from dba3c.learning.rules import OptimizerState
+from dba3c.training.runner import LocalParameterServer
+from tests.support.world import N, grad_of, make_cfg, run_threads, run_world, train_loop
+
+# ---- the step, in process -----------------------------------------------------------------
+STEPS = 20
+THETA0 = np.linspace(-1, 1, N).astype(np.float32)
+
+
+def collective_world(cfg, num_ranks: int, gradient, buckets=(0,), staged=False) -> list[list]:
+    """``num_ranks`` training ranks as threads, each pushing ``gradient(group_rank, version)``
+    until ``train.max_steps`` (the vector cut into ``buckets``, :class:`ShardPlan`; ``staged``:
+    offered bucket by bucket, the new parameters waited for bucket by bucket, as
+    ``Worker.train_staged`` does); every rank's received Params and its final shard."""
+    plan = ShardPlan(N, num_ranks, buckets)
+
+    def staged_push(client, version: int, grad: np.ndarray):
+        for b in reversed(range(plan.num_buckets)):
+            lo, hi = plan.bucket_bounds(b)
+            client.offer(version, b, grad[lo:hi])
+        arriving = client.finish()
+        theta = np.concatenate([arriving.wait(b).copy() for b in range(plan.num_buckets)])
+        params = arriving.params()
+        assert np.array_equal(theta, params.theta)
+        return params
+
+    def rank_loop(transport) -> tuple[list, ShardServer]:
+        group = transport.split(True)
+        theta_shard = plan.shard_of(THETA0, group.rank)
+        shard = ShardServer(theta_shard, OptimizerState.zeros(theta_shard.size), 0, mode="sync",
+                            replicas=1, optimizer=make_optimizer(cfg))
+        client = CollectiveClient(group, shard, plan, cfg.train, chief=group.rank == 0,
+                                  wants_stop=lambda: False)
+        received = [client.pull()]
+        push = functools.partial(staged_push, client) if staged else client.push
+        while not client.stopping:
+            params = push(received[-1].version, gradient(group.rank, received[-1].version))
+            assert params is not None
+            received.append(params)
+        return received, shard
+
+    return run_threads(rank_loop, num_ranks)
+
+
+def test_one_rank_equals_the_single_process_store_bit_for_bit():
+    cfg = make_cfg(workers=1, ps=1, max_steps=STEPS)
+
+    def gradient(rank, version):  # with a poisoned step: skipped alike
+        return grad_of(rank, version) * (np.nan if version == 7 else 1)
+
+    [(received, shard)] = collective_world(cfg, 1, gradient)
+    store = LocalParameterServer(THETA0.copy(), OptimizerState.zeros(N), 0, make_optimizer(cfg))
+    expected = [store.pull()] + [store.push(v, gradient(0, v)) for v in range(STEPS)]
+    assert [p.version for p in received] == list(range(STEPS + 1))
+    for got, want in zip(received, expected):
+        assert np.array_equal(got.theta.view(np.uint32), want.theta.view(np.uint32))
+        assert got.nonfinite_streak == want.nonfinite_streak
+    assert np.array_equal(shard.opt_state.m_shard, store.opt_state.m_shard)
+    assert np.array_equal(shard.opt_state.v_shard, store.opt_state.v_shard)
+    assert shard.opt_state.count == store.opt_state.count == STEPS - 1
+
+
+# PS sums the workers' gradients in arrival order, the collective in rank order (MPI: in its
+# algorithm's order): float32 sums that differ in the last bits; after 20 Adam steps the
+# parameters agree to |a - b| <= 1e-6 (1 + |b|) (measured: at most 2e-7 in theta, m and v)
+SUMMATION_TOL = 1e-6
+
+
+BUCKETS = [(0,), (0, 2, N // 2)]  # contiguous shards; three buckets (one shorter than W)
+
+
+@pytest.mark.parametrize("buckets", BUCKETS)
+def test_w_ranks_equal_w_workers_and_p_parameter_servers_within_summation_tolerance(buckets):
+    cfg = make_cfg(workers=3, ps=2, max_steps=STEPS)
+    ps_workers = make_roles(6, cfg).workers  # (3, 4, 5): gradients keyed by these ranks
+    chief, ps_received = run_world(cfg, train_loop(), THETA0)
+    theta_ps, m_ps, v_ps, count_ps = chief.checkpoints[STEPS]
+    ranks = collective_world(cfg, 3, lambda r, v: grad_of(ps_workers[r], v), buckets)
+    for received, _ in ranks:
+        assert [p.version for p in received] == list(range(STEPS + 1))
+        for got, want in zip(received, ps_received[ps_workers[0]]):
+            np.testing.assert_allclose(got.theta, want.theta, rtol=SUMMATION_TOL,
+                                       atol=SUMMATION_TOL)
+    theta = ranks[0][0][-1].theta
+    np.testing.assert_allclose(theta, theta_ps, rtol=SUMMATION_TOL, atol=SUMMATION_TOL)
+    plan = ShardPlan(N, 3, buckets)
+    m = np.concatenate(plan.flat_chunks([shard.opt_state.m_shard for _, shard in ranks]))
+    v = np.concatenate(plan.flat_chunks([shard.opt_state.v_shard for _, shard in ranks]))
+    np.testing.assert_allclose(m, m_ps, rtol=SUMMATION_TOL, atol=SUMMATION_TOL)
+    np.testing.assert_allclose(v, v_ps, rtol=SUMMATION_TOL, atol=SUMMATION_TOL)
+    assert {shard.opt_state.count for _, shard in ranks} == {count_ps} == {STEPS}
+
+
+def test_buckets_offered_one_by_one_give_what_the_whole_gradient_gives_bit_for_bit():
+    cfg = make_cfg(workers=3, ps=1, max_steps=STEPS)
+    buckets = (0, 2, N // 2)
+
+    def gradient(rank, version):  # with a poisoned step
+        return grad_of(rank, version) * (np.nan if version == 5 else 1)
+
+    whole = collective_world(cfg, 3, gradient, buckets)
+    staged = collective_world(cfg, 3, gradient, buckets, staged=True)
+    for (got, got_shard), (want, want_shard) in zip(staged, whole):
+        assert [p.version for p in got] == list(range(STEPS + 1))
+        for a, b in zip(got, want):
+            assert np.array_equal(a.theta.view(np.uint32), b.theta.view(np.uint32))
+            assert a.nonfinite_streak == b.nonfinite_streak
+        assert np.array_equal(got_shard.opt_state.v_shard, want_shard.opt_state.v_shard)
+
+
+def test_buckets_out_of_order_are_refused_as_a_protocol_violation():
+    cfg = make_cfg(workers=1, ps=1, max_steps=STEPS)
+    plan = ShardPlan(N, 1, (0, 4))
+
+    def rank_loop(transport):
+        group = transport.split(True)
+        shard = ShardServer(THETA0.copy(), OptimizerState.zeros(N), 0, mode="sync", replicas=1,
+                            optimizer=make_optimizer(cfg))
+        client = CollectiveClient(group, shard, plan, cfg.train, chief=True,
+                                  wants_stop=lambda: False)
+        client.pull()
+        with pytest.raises(RuntimeError, match="bucket 0 .* where bucket 1 at version 0"):
+            client.offer(0, 0, np.zeros(4, np.float32))
+        with pytest.raises(RuntimeError, match="bucket 1 .* version 3 .* at version 0"):
+            client.offer(3, 1, np.zeros(N - 4, np.float32))
+        client.offer(0, 1, np.zeros(N - 4, np.float32))
+        with pytest.raises(RuntimeError, match="finish with bucket 0 not offered"):
+            client.finish()
+
+    run_threads(rank_loop, 1)
+
+
+@pytest.mark.parametrize("buckets", BUCKETS)
+def test_one_ranks_non_finite_gradient_makes_every_shard_skip_the_same_step(buckets):
+    cfg = make_cfg(workers=3, ps=1, max_steps=6)
+    poisoned = {(2, 3)}  # group rank 2 at version 3 only: one shard's mean would stay finite
+
+    def gradient(rank, version):
+        g = grad_of(rank, version)
+        if (rank, version) in poisoned:
+            g[-1] = np.inf  # the last shard's element only
+        return g
+
+    ranks = collective_world(cfg, 3, gradient, buckets)
+    for received, shard in ranks:
+        assert [p.nonfinite_streak for p in received] == [0, 0, 0, 0, 1, 0, 0]
+        assert shard.stats.nonfinite_skipped == 1 and shard.opt_state.count == 5
+        assert np.isfinite(received[-1].theta).all()
+        # step 3 changed nothing: theta_4 == theta_3 on every rank
+        assert np.array_equal(received[4].theta, received[3].theta)
+        assert not np.array_equal(received[5].theta, received[4].theta)

@@ -1,0 +1,107 @@
+"""The parameter-server protocol on the in-process transport, with synthetic gradients.
+
+Ranks run as threads: rank 0 is a non-training chief (a fake that records what it is told),
+then the parameter servers, then the workers. Expected parameters are recomputed here with
+``adam_update`` on the whole vector."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dba3c.distributed.roles import make_roles
+from dba3c.distributed.transport import wait_until
+from dba3c.distributed.wire import (
+    END,
+    HEADER,
+    EvalMsg,
+    ParamsMsg,
+    Tag,
+)
+from dba3c.learning.params import shard_bounds
+from dba3c.learning.rules import OptimizerState, adam_update
+from tests.support.world import N, grad_of, make_cfg, run_world, train_loop
+
+
+def reference_sync(theta0, cfg, workers, steps):
+    """theta_t for t = 0..steps with Adam on the mean of every worker's gradient."""
+    theta, state, thetas = theta0.copy(), OptimizerState.zeros(N), [theta0.copy()]
+    for t in range(steps):
+        mean = np.mean([grad_of(w, t) for w in workers], axis=0, dtype=np.float32)
+        adam_update(theta, mean, state, lr=cfg.train.lr, beta1=cfg.adam.beta1,
+                    beta2=cfg.adam.beta2, epsilon=cfg.adam.epsilon)
+        thetas.append(theta.copy())
+    return thetas, state
+
+
+@pytest.mark.parametrize("ps", [1, 2, 3])
+def test_sync_update_is_adam_of_the_mean_gradient(ps):
+    cfg = make_cfg(workers=3, ps=ps, max_steps=4)
+    theta0 = np.linspace(-1, 1, N).astype(np.float32)
+    chief, received = run_world(cfg, train_loop(), theta0)
+    roles = make_roles(1 + ps + 3, cfg)
+    expected, state = reference_sync(theta0, cfg, roles.workers, 4)
+    for params_seq in received.values():
+        assert [p.version for p in params_seq] == [0, 1, 2, 3]  # version 4 ends the run
+        for p in params_seq:
+            np.testing.assert_allclose(p.theta, expected[p.version], rtol=1e-6, atol=1e-7)
+    # the chief gathered checkpoints at steps 2 and 4 (final) with the Adam state
+    assert sorted(chief.checkpoints) == [2, 4]
+    theta4, m4, v4, count4 = chief.checkpoints[4]
+    np.testing.assert_allclose(theta4, expected[4], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(m4, state.m_shard, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(v4, state.v_shard, rtol=1e-6, atol=1e-8)
+    assert count4 == 4 and chief.step == 4
+
+
+def test_parameter_servers_snapshot_every_eval_every_steps_to_the_evaluator():
+    cfg = make_cfg(workers=2, ps=2, eval_every=2, max_steps=7)
+    theta0 = np.linspace(-1, 1, N).astype(np.float32)
+    snapshots: dict[int, dict[int, np.ndarray]] = {}  # version -> PS rank -> shard
+
+    def evaluator(t, roles):  # records the snapshots until every PS is done
+        done = set()
+        while len(done) < len(roles.ps):
+            for p in set(roles.ps) - done:
+                buf = np.zeros(HEADER + N, np.float32)
+                wait_until(t.irecv(buf, p, Tag.SNAPSHOT).test)
+                msg = ParamsMsg.decode(buf)
+                if msg.is_done:
+                    done.add(p)
+                else:
+                    snapshots.setdefault(msg.version, {})[p] = msg.theta_shard.copy()
+        t.isend(EvalMsg(END).encode(), 0, Tag.EVAL)  # evaluator finished
+
+    run_world(cfg, train_loop(), theta0, evaluator)
+    roles = make_roles(6, cfg)
+    expected, _ = reference_sync(theta0, cfg, roles.workers, 7)
+    assert sorted(snapshots) == [2, 4, 6]
+    sizes = [hi - lo for lo, hi in shard_bounds(N, len(roles.ps))]
+    for version, shards in snapshots.items():
+        theta = np.concatenate([shards[p][:n] for p, n in zip(roles.ps, sizes)])
+        np.testing.assert_allclose(theta, expected[version], rtol=1e-6, atol=1e-7)
+
+
+def test_backup_workers_drop_late_gradients_and_slow_worker_catches_up():
+    cfg = make_cfg(workers=3, ps=2, max_steps=15, replicas_to_aggregate=2)
+    roles = make_roles(6, cfg)
+    fast, slow = roles.workers[:-1], roles.workers[-1]
+    delays = {**{w: 0.02 for w in fast}, slow: 0.1}
+    chief, received = run_world(cfg, train_loop(delays), np.zeros(N, np.float32))
+    dropped = sum(v for k, v in chief.extra.items() if k.startswith("dist/dropped_late"))
+    assert dropped > 0
+    fast_by_version = {p.version: p.theta for w in fast for p in received[w]}
+    slow_versions = [p.version for p in received[slow]]
+    assert slow_versions == sorted(set(slow_versions))
+    assert max(np.diff(slow_versions)) > 1  # it skipped versions: caught up to the newest
+    for p in received[slow]:  # never a mix of versions: equal to what fast workers had
+        if p.version in fast_by_version:
+            np.testing.assert_array_equal(p.theta, fast_by_version[p.version])
+
+
+def test_async_parameter_servers_apply_every_gradient_and_record_staleness():
+    cfg = make_cfg(workers=3, ps=2, max_steps=9, mode="async")
+    chief, received = run_world(cfg, train_loop(), np.zeros(N, np.float32))
+    assert chief.step == 9  # one version per applied gradient
+    assert "dist/staleness_mean" in chief.extra and chief.extra["dist/staleness_max"] >= 1
+    assert sum(len(seq) - 1 for seq in received.values()) >= 6  # replies to pushes

@@ -1,0 +1,85 @@
+"""The chief (dba3c.training.chief): its metrics from worker reports as they arrive over the
+wire, and the last step logged when a run ends between log steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from dba3c.distributed.wire import ReportMsg
+from dba3c.preset import from_dict, load_config
+from dba3c.training.chief import Chief
+from dba3c.training.report import Losses, Seconds, WorkerReport
+from tests.support import ROOT, read_jsonl
+
+
+def wire(report: WorkerReport, final: bool = False) -> WorkerReport:
+    """A report as the chief receives it from a remote worker."""
+    return ReportMsg.decode(ReportMsg(report, final, 2).encode()).report
+
+
+def test_a_final_report_without_losses_is_left_out_of_the_loss_means(tmp_path):
+    cfg = load_config(str(ROOT / "configs" / "cartpole.yaml"),
+                      [f"run.dir={tmp_path}", "run.progress=none", "run.log_every=1"])
+    chief = Chief(cfg, None, None, num_workers=2)
+    counters = {"data_points": 32, "env_frames": 32, "seconds": Seconds(*[0.1] * 5)}
+    chief.worker_report(0, wire(WorkerReport(**counters, policy_lag=1.0,
+                                             losses=Losses(policy=0.5, value=2.0))))
+    chief.worker_report(2, wire(WorkerReport(**counters, policy_lag=0.0,
+                                             losses=Losses(policy=1.5, value=4.0))))
+    chief.on_step(1)
+    # rank 2 finished: its last report has counters but no losses (they arrive as None)
+    chief.worker_report(2, wire(WorkerReport(**counters, policy_lag=0.0), final=True))
+    chief.on_step(2)
+    chief.close()
+    first, second = read_jsonl(tmp_path / "metrics.jsonl")
+    assert np.isclose(first["loss/policy"], 1.0) and np.isclose(first["loss/value"], 3.0)
+    assert np.isclose(second["loss/policy"], 0.5) and np.isclose(second["loss/value"], 2.0)
+    assert second["loss/entropy"] is None  # no worker reported it
+
+
+# ---- the pieces ----------------------------------------------------------------------------
+REPORT = WorkerReport()  # no data points, frames or score yet, 0 s in each activity
+
+
+def make_chief(run_dir: Path):
+    """A Chief of a CartPole run logging every 5 steps."""
+    from dba3c.learning.models import make_net_spec
+    from dba3c.training.chief import Chief
+
+    cfg = from_dict({"env": {"id": "CartPole-v1"}, "model": {"kind": "mlp"},
+                     "train": {"max_steps": 100}, "eval": {"every": 0},
+                     "run": {"dir": str(run_dir), "log_every": 5, "progress": "none"}})
+    return Chief(cfg, None, make_net_spec(cfg.model, (4,), 2).layout(), num_workers=2)
+
+
+def test_a_run_ended_between_log_steps_still_logs_its_last_step(tmp_path):
+    """A stop that comes between log steps (a signal, the target score) and leaves no further
+    step: closing the run logs the step it ended at."""
+    chief = make_chief(tmp_path)
+    chief.worker_report(0, REPORT)
+    for step in range(1, 8):
+        chief.on_step(step)
+    chief.request_stop("signal SIGTERM")
+    chief.close()
+    assert [m["step"] for m in read_jsonl(tmp_path / "metrics.jsonl")] == [5, 7]
+
+
+def test_a_workers_last_report_without_losses_is_logged(tmp_path):
+    """A worker's last report comes over STATS with its losses as NaN, read back as None; a
+    step logged after it (the final one, typically) averages the losses that were sent. (The
+    chief used to fail on it: rank 0 died without the final metrics line.)"""
+    from dba3c.distributed.wire import ReportMsg
+
+    chief = make_chief(tmp_path)
+    chief.worker_report(0, WorkerReport(policy_lag=1.0, losses=Losses(total=2.0)))
+    received = ReportMsg.decode(ReportMsg(REPORT, True, 3).encode())
+    last = received.report
+    assert received.final and received.rank == 3 and last.losses.total is None
+    chief.worker_report(3, last)
+    chief.on_step(5)
+    chief.close()
+    record = read_jsonl(tmp_path / "metrics.jsonl")[-1]
+    assert (record["step"], record["loss/total"], record["perf/policy_lag"]) == (5, 2.0, 1.0)
+    assert record["loss/policy"] is None  # sent by no worker

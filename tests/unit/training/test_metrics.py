@@ -1,0 +1,124 @@
+"""Metrics (dba3c.training.metrics): what a run's ``metrics.jsonl`` lines summarise to, the
+closing line's next steps, and Weights & Biases logging (``run.wandb``, on a fake module):
+the TensorBoard scalars under the same names, one W&B run per run directory."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from dba3c.preset import load_config
+from dba3c.training.chief import Chief
+from dba3c.training.metrics import next_steps, scalars, steady_throughput
+from tests.support import ROOT, read_jsonl
+
+
+def test_steady_throughput_is_the_mean_of_the_second_half():
+    metrics = [{"perf/data_points_per_s": r} for r in (10.0, 20.0, 100.0, 200.0, 300.0)]
+    assert steady_throughput(metrics) == pytest.approx((100 + 200 + 300) / 3)
+    assert steady_throughput([{"perf/data_points_per_s": 7.0}]) == 7.0
+    assert steady_throughput([{"step": 1}]) is None
+
+
+def test_next_steps_names_the_run_directory_and_a_video_only_for_atari():
+    assert next_steps("runs/bo", True) == (
+        "next: dba3c plot runs/bo --out runs/bo/plots; tensorboard --logdir runs/bo/tb; "
+        "dba3c evaluate runs/bo --episodes 10 --video runs/bo/game.mp4")
+    assert next_steps("runs/my cp/", False) == (
+        "next: dba3c plot 'runs/my cp' --out 'runs/my cp/plots'; tensorboard --logdir "
+        "'runs/my cp/tb'; dba3c evaluate 'runs/my cp' --episodes 10")
+
+
+HAVE_WANDB = importlib.util.find_spec("wandb") is not None
+CONFIG, PONG = str(ROOT / "configs" / "breakout.yaml"), ["env.id=pong", "model.kind=a3c_ff"]
+
+
+class FakeRun:
+    def __init__(self, **init):
+        self.init, self.metrics, self.logged, self.finished = init, [], [], False
+
+    def define_metric(self, name, step_metric=None):
+        self.metrics.append((name, step_metric))
+
+    def log(self, data):
+        self.logged.append(data)
+
+    def finish(self):
+        self.finished = True
+
+
+@pytest.fixture
+def fake_wandb(monkeypatch):
+    """A stand-in ``wandb`` module that records what the chief sends it."""
+    module = types.ModuleType("wandb")
+    module.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
+    module.runs = []
+
+    def init(**kw):
+        module.runs.append(FakeRun(**kw))
+        return module.runs[-1]
+
+    module.init = init
+    monkeypatch.setitem(sys.modules, "wandb", module)
+    return module
+
+
+def _run_chief(run_dir, *overrides):
+    cfg = load_config(CONFIG, [*PONG, f"run.dir={run_dir}",
+                               "run.progress=none", "run.log_every=1",
+                               "run.wandb=true", *overrides])
+    chief = Chief(cfg, None, None, num_workers=1)
+    chief.on_step(1)
+    chief.on_step(2)
+    chief.on_eval(1, [-20.0, -10.0])  # an evaluation finishing after step 2 was logged
+    chief.close()
+    return cfg
+
+
+def test_wandb_gets_the_tensorboard_scalars_against_the_global_step(tmp_path, fake_wandb):
+    cfg = _run_chief(tmp_path / "run", "run.wandb_mode=offline", "run.wandb_project=p")
+    (run,) = fake_wandb.runs
+    assert run.init["project"] == "p" and run.init["mode"] == "offline"
+    assert run.init["dir"] == str((tmp_path / "run").resolve())
+    assert run.init["config"] == cfg.to_dict() and run.init["resume"] == "allow"
+    assert ("*", "step") in run.metrics  # every metric plotted against the global step
+    metrics = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    evals = read_jsonl(tmp_path / "run" / "eval.jsonl")
+    assert run.logged == [
+        {"step": 1, **scalars(metrics[0])},
+        {"step": 2, **scalars(metrics[1])},
+        {"step": 1, "eval/mean_score": -15.0, "eval/max_score": -10.0,
+         "eval/hns": evals[0]["hns"]},
+    ]
+    assert {"perf/data_points_per_s", "time/compute", "train/lr"} <= set(run.logged[0])
+    assert run.finished
+
+
+def test_a_resumed_run_continues_the_same_wandb_run(tmp_path, fake_wandb):
+    _run_chief(tmp_path / "a")
+    _run_chief(tmp_path / "a")
+    _run_chief(tmp_path / "b")
+    first, again, other = (run.init["id"] for run in fake_wandb.runs)
+    assert first == again != other
+
+
+@pytest.mark.skipif(not HAVE_WANDB, reason="wandb is not installed (pip install "
+                                           "'dba3c[wandb]'); the fake-module tests cover dba3c")
+def test_real_wandb_offline_run(tmp_path):
+    cfg = load_config(CONFIG, [*PONG, f"run.dir={tmp_path / 'run'}",
+                               "run.progress=none", "run.log_every=1",
+                               "run.wandb=true", "run.wandb_mode=offline"])
+    chief = Chief(cfg, None, None, num_workers=1)
+    chief.on_step(1)
+    chief.on_eval(1, [-20.7])
+    summary = dict(chief.scalar_logs[-1]._run.summary)
+    chief.close()
+    assert summary["eval/hns"] == 0.0 and summary["step"] == 1
+    assert summary["train/lr"] == cfg.train.lr
+    (offline,) = Path(tmp_path / "run" / "wandb").glob("offline-run-*")
+    assert list(offline.glob("run-*.wandb"))

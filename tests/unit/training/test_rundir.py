@@ -1,0 +1,265 @@
+"""dba3c.training.rundir: the run and sweep directories' names, readers (torn lines), atomic
+writers and the resume rule (a torn last metrics line does not block it), on hand-made files
+with expected values written out here."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+
+import pytest
+import yaml
+
+from dba3c.config import Config
+from dba3c.preset import from_dict
+from dba3c.training import rundir
+from dba3c.training.rundir import (
+    JsonlWriter,
+    RunDir,
+    SweepDir,
+    read_jsonl,
+    truncate_jsonl,
+    write_atomic,
+)
+from tests import support
+
+
+def test_names_are_the_documented_on_disk_contract(tmp_path):
+    run = RunDir(str(tmp_path))
+    assert run.config_path == tmp_path / "config.yaml"
+    assert run.metrics_path == tmp_path / "metrics.jsonl"
+    assert run.evals_path == tmp_path / "eval.jsonl"
+    assert run.summary_path == tmp_path / "summary.json"
+    assert run.tensorboard_dir == tmp_path / "tb"
+    assert run.checkpoints_dir == tmp_path / "checkpoints"
+    assert run.sweep_log_path == tmp_path / "sweep.log"
+    assert SweepDir(tmp_path).csv_path == tmp_path / "sweep.csv"
+    assert SweepDir(tmp_path).submitit_dir == tmp_path / "submitit"
+    assert not run.is_run() and not SweepDir(tmp_path).is_sweep()
+    assert list(tmp_path.iterdir()) == []  # asking for names creates nothing
+    (tmp_path / "metrics.jsonl").write_text("")
+    (tmp_path / "sweep.csv").write_text("")
+    assert run.is_run() and SweepDir(tmp_path).is_sweep()
+
+
+# ---- reading JSON lines -------------------------------------------------------------------
+def test_read_jsonl_skips_blank_lines_and_a_torn_last_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    for torn in [b'{"step": 3, "loss/to', b"\0" * 40, b'{"step": 3, "note": "\xc3',
+                 b"  ", b""]:
+        path.write_bytes(b'{"step": 1}\n\n{"step": 2, "x": null}\r\n' + torn)
+        assert read_jsonl(path) == [{"step": 1}, {"step": 2, "x": None}], torn
+
+
+def test_read_jsonl_keeps_a_whole_last_line_without_newline(tmp_path):
+    path = tmp_path / "eval.jsonl"
+    path.write_bytes(b'{"step": 1, "mean": 2.5}\n{"step": 2, "mean": 4.0}')
+    assert read_jsonl(path) == [{"step": 1, "mean": 2.5}, {"step": 2, "mean": 4.0}]
+
+
+@pytest.mark.parametrize("bad, message", [
+    (b'{"step": 2, "time_s": \n', r"line 3 is not valid JSON"),  # torn, but not last
+    (b"[1, 2]\n", r"line 3 is not a JSON object"),
+    (b"7", r"line 3 is not a JSON object"),  # parses: not torn
+])
+def test_read_jsonl_names_file_and_line_of_a_bad_line(tmp_path, bad, message):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1}\n\n' + bad + (b'{"step": 5}\n' if bad.endswith(b"\n") else b""))
+    with pytest.raises(ValueError, match=f"^{path}: {message}"):
+        read_jsonl(path)
+
+
+def test_absent_optional_files_read_as_empty(tmp_path):
+    run = RunDir(tmp_path / "nothing")
+    assert run.read_metrics() == [] and run.read_evals() == []
+    assert run.read_summary() == {} and run.read_config() == {}
+    assert SweepDir(tmp_path / "nothing").read_rows() == []
+    assert run.last_step() == 0
+
+
+def test_last_step_reads_the_newest_whole_line_from_the_tail(tmp_path):
+    run = RunDir(tmp_path)
+    lines = [f'{{"step": {s}, "pad": "{"x" * 50}"}}\n' for s in range(1, 101)]
+    run.metrics_path.write_text("".join(lines) + '{"step": 101, "lo')
+    assert run.last_step() == 100
+    # a tail of 100 bytes starts inside line 99: the fragment is skipped, line 100 read
+    assert run.last_step(tail_bytes=100) == 100
+    run.metrics_path.write_text('{"step": 7}\n{"no_step": 1}\n')
+    assert run.last_step() == 7
+    run.metrics_path.write_text('{"no_step": 1}\n')
+    assert run.last_step() == 0
+
+
+# ---- the resume rule ----------------------------------------------------------------------
+def test_truncate_keeps_lines_up_to_the_step_and_drops_unparseable_ones(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1, "a": 1.5}\n'
+                     b'{"step": 2}\n'
+                     b'garbage from a crash\n'
+                     b'{"note": "no step"}\n'
+                     b'{"step": 3}\n'
+                     b'{"step": 4}\n'
+                     b'\n'
+                     b'{"step": 5, "b": "\xc3')
+    truncate_jsonl(path, 3)
+    assert path.read_bytes() == (b'{"step": 1, "a": 1.5}\n{"step": 2}\n{"note": "no step"}\n'
+                                 b'{"step": 3}\n')
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]  # no temporary file
+    truncate_jsonl(path, 0)
+    assert path.read_bytes() == b'{"note": "no step"}\n'
+
+
+def test_truncate_logs_applies_to_metrics_and_evals_and_creates_nothing(tmp_path):
+    run = RunDir(tmp_path)
+    run.metrics_path.write_text("".join(f'{{"step": {s}}}\n' for s in range(1, 9)))
+    run.truncate_logs(5)
+    assert run.metrics_path.read_text() == "".join(f'{{"step": {s}}}\n' for s in range(1, 6))
+    assert not run.evals_path.exists()
+    run.evals_path.write_text('{"step": 4, "mean": 1.0}\n{"step": 6, "mean": 2.0}\n')
+    run.truncate_logs(5)
+    assert run.evals_path.read_text() == '{"step": 4, "mean": 1.0}\n'
+
+
+# ---- writers ------------------------------------------------------------------------------
+def test_jsonl_writer_appends_one_line_per_record_with_null_for_non_finite(tmp_path):
+    path = tmp_path / "eval.jsonl"
+    path.write_text('{"step": 1}\n')
+    writer = JsonlWriter(path)
+    writer.write({"step": 2, "mean": math.nan, "max": math.inf, "n": 3})
+    assert path.read_text() == '{"step": 1}\n{"step": 2, "mean": null, "max": null, "n": 3}\n'
+    writer.write({"step": 3, "s": "a/b"})
+    writer.close()
+    assert path.read_text().splitlines()[-1] == '{"step": 3, "s": "a/b"}'
+
+
+def test_summary_round_trip_and_format(tmp_path):
+    run = RunDir(tmp_path)
+    run.write_summary({"time_to_target_s": None, "final_step": 12, "time_s": math.nan,
+                       "stop_reason": "train.max_steps=12 reached"})
+    assert run.summary_path.read_text() == (
+        '{\n "time_to_target_s": null,\n "final_step": 12,\n "time_s": NaN,\n'
+        ' "stop_reason": "train.max_steps=12 reached"\n}')
+    assert run.read_summary()["final_step"] == 12
+    run.write_summary({"path": tmp_path})  # not JSON-able: written as text
+    assert run.read_summary() == {"path": str(tmp_path)}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
+
+
+@pytest.mark.parametrize("text, message", [("{\"final_step\": ", "cannot be parsed"),
+                                           ("[1]", "expected a mapping, found list")])
+def test_a_malformed_summary_is_a_value_error_naming_it(tmp_path, text, message):
+    run = RunDir(tmp_path)
+    run.summary_path.write_text(text)
+    with pytest.raises(ValueError, match=f"^{run.summary_path}: {message}"):
+        run.read_summary()
+
+
+def test_create_writes_the_resolved_config(tmp_path):
+    cfg = from_dict({"train": {"lr": 3e-4}, "env": {"id": "pong"}})
+    run = RunDir(tmp_path / "a" / "b")
+    run.create(cfg)
+    written = yaml.safe_load(run.config_path.read_text())
+    assert written["train"]["lr"] == 3e-4 and written["env"]["id"] == "pong"
+    assert written == Config().to_dict() | {"train": written["train"], "env": written["env"]}
+    assert run.read_config() == written
+    run.config_path.write_text("a: [1\n")
+    with pytest.raises(ValueError, match=f"^{run.config_path}: cannot be parsed"):
+        run.read_config()
+    run.config_path.write_text("- 1\n")
+    with pytest.raises(ValueError, match="expected a mapping, found list"):
+        run.read_config()
+
+
+def test_sweep_csv_bytes_and_round_trip(tmp_path):
+    sweep = SweepDir(tmp_path)
+    rows = [{"run_dir": "000-dist.ps_1", "dist.ps": "1", "data_points_per_s": 5.5,
+             "time_to_target_s": None, "final_eval_mean": 3.0, "status": "ok"},
+            {"run_dir": "001-dist.ps_2", "dist.ps": "2", "data_points_per_s": None,
+             "time_to_target_s": None, "final_eval_mean": None, "status": "failed (exit 1)"}]
+    sweep.write_rows(["dist.ps"], rows)
+    assert sweep.csv_path.read_bytes() == (
+        b"run_dir,dist.ps,data_points_per_s,time_to_target_s,final_eval_mean,status\r\n"
+        b"000-dist.ps_1,1,5.5,,3.0,ok\r\n"
+        b"001-dist.ps_2,2,,,,failed (exit 1)\r\n")
+    assert sweep.read_rows() == [
+        {"run_dir": "000-dist.ps_1", "dist.ps": "1", "data_points_per_s": "5.5",
+         "time_to_target_s": "", "final_eval_mean": "3.0", "status": "ok"},
+        {"run_dir": "001-dist.ps_2", "dist.ps": "2", "data_points_per_s": "",
+         "time_to_target_s": "", "final_eval_mean": "", "status": "failed (exit 1)"}]
+    assert [p.name for p in tmp_path.iterdir()] == ["sweep.csv"]  # no temporary file
+    sweep.csv_path.write_text("run_dir,x\r\na,1\r\n")
+    with pytest.raises(ValueError, match=r"sweep\.csv: missing column\(s\) status"):
+        sweep.read_rows()
+
+
+# ---- atomic writes ------------------------------------------------------------------------
+def test_write_atomic_leaves_only_the_target(tmp_path):
+    target = tmp_path / "summary.json"
+    write_atomic(target, b"first")
+    write_atomic(target, b"second")
+    assert target.read_bytes() == b"second"
+    write_atomic(target, b"sec", memoryview(b"ond"), b"!")  # chunks one after the other
+    assert target.read_bytes() == b"second!"
+    write_atomic(target, b"second")
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+    assert target.read_bytes() == b"second"
+
+
+def test_failed_write_keeps_the_old_file_and_leaves_no_temp_file(tmp_path, monkeypatch):
+    target = tmp_path / "step-0000000001.ckpt"
+    write_atomic(target, b"old")
+
+    def full_disk(_fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(rundir.os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        write_atomic(target, b"new")
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
+    assert target.read_bytes() == b"old"
+
+
+def test_a_concurrent_reader_never_sees_a_partial_file(tmp_path):
+    """One thread rewrites a 2 MiB file with alternating contents while another reads it: every
+    read is one whole version."""
+    target = tmp_path / "sweep.csv"
+    versions = [b"a" * 2 ** 21, b"b" * 2 ** 21]
+    write_atomic(target, versions[0])
+    done = threading.Event()
+
+    def rewrite():
+        for i in range(30):
+            write_atomic(target, versions[i % 2])
+        done.set()
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    seen = []
+    while not done.is_set():
+        data = target.read_bytes()
+        seen.append(data in versions)
+    writer.join()
+    assert seen and all(seen)
+    assert [p.name for p in tmp_path.iterdir()] == ["sweep.csv"]
+
+
+def test_remove_stale_temporaries_only_for_the_given_names(tmp_path):
+    for name in (".step-0000000003.ckpt.tmp-123", ".step-0000000004.ckpt.tmp-9",
+                 ".summary.json.tmp-123", "step-0000000002.ckpt"):
+        (tmp_path / name).write_bytes(b"x")
+    rundir.remove_stale_temporaries(tmp_path, "step-*.ckpt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".summary.json.tmp-123",
+                                                         "step-0000000002.ckpt"]
+
+
+# ---- metrics survive a crash that tore their last line ------------------------------------
+def test_a_torn_last_metrics_line_does_not_block_a_resume(tmp_path):
+    """After a power loss the unsynced tail of metrics.jsonl may be half a line or zeros;
+    resuming drops it with the other lines past the checkpoint instead of crashing."""
+    path = tmp_path / "metrics.jsonl"
+    good = [json.dumps({"step": s, "loss/total": 0.5}) for s in range(1, 6)]
+    for tail in ['{"step": 6, "loss/to', "\0" * 40]:
+        path.write_text("\n".join(good) + "\n" + tail)
+        truncate_jsonl(path, 4)
+        assert [m["step"] for m in support.read_jsonl(path)] == [1, 2, 3, 4]
