@@ -1,4 +1,5 @@
-"""One rank of a distributed run: play the role :mod:`dba3c.distributed.roles` gives it."""
+"""``dba3c train``: one process (:func:`dba3c.training.runner.train_single`), or one rank of a
+distributed run playing the role :mod:`dba3c.distributed.roles` gives it."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from dba3c.distributed.evaluator import run_evaluator
 from dba3c.distributed.ps.ranks import run_chief, run_worker
 from dba3c.distributed.ps.server import run_ps
 from dba3c.distributed.roles import Roles, make_roles, staged_steps
-from dba3c.errors import TrainingError, UserError
+from dba3c.errors import TrainingError, UserError, exit_code
 from dba3c.learning.models import NetSpec
-from dba3c.preset import validate
+from dba3c.preset import load_config, validate
 from dba3c.training.metrics import next_steps
 from dba3c.training.worker import Worker
 
@@ -120,3 +121,22 @@ def train_distributed(cfg: Config) -> int:
         print(f"run finished; outputs in {cfg.run.dir}", file=sys.stderr)
         print(next_steps(cfg.run.dir, is_atari(cfg.env.id)), file=sys.stderr)
     return 0
+
+
+def train(config_path: str, overrides: list[str], world_size: int) -> int:
+    """``dba3c train CONFIG OVERRIDES``: alone when ``world_size`` is 1, else as this rank of
+    an MPI world of that size. Returns the exit code: 0 done, 2 bad input, 1 training failed
+    (with one ``error: ...`` line on stderr)."""
+    def run() -> int:
+        cfg = load_config(config_path, overrides)
+        if world_size > 1:
+            return train_distributed(cfg)
+        from dba3c.training.runner import train_single
+
+        summary = train_single(cfg)
+        print(f"run finished at step {summary.get('final_step')} "
+              f"({summary.get('stop_reason')}); outputs in {cfg.run.dir}", file=sys.stderr)
+        print(next_steps(cfg.run.dir, is_atari(cfg.env.id)), file=sys.stderr)
+        return 0
+
+    return exit_code(run)

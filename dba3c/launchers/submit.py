@@ -42,8 +42,8 @@ class TrainJob(submitit.helpers.Checkpointable):
         self.config, self.overrides = config, list(overrides)
 
     def __call__(self) -> dict | None:
+        from dba3c.distributed.run import train
         from dba3c.launchers.mpienv import world_size_hint
-        from dba3c.training.runner import train
 
         quiet_tensorflow(os.environ)
         rc = train(self.config, self.overrides, world_size_hint())

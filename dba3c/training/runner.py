@@ -9,21 +9,17 @@ directory is touched.
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
-from dba3c.config import Config, is_atari
+from dba3c.config import Config
 from dba3c.core import Params
-from dba3c.errors import UserError, exit_code
+from dba3c.errors import UserError
 from dba3c.games.envs import EnvPool, env_spaces, make_env_pool
 from dba3c.learning.models import NetSpec, make_net_spec
 from dba3c.learning.optim import Optimizer, apply_update, make_optimizer
 from dba3c.learning.rules import OptimizerState
-from dba3c.preset import load_config
 from dba3c.training import checkpoint
 from dba3c.training.chief import Chief
-from dba3c.training.metrics import next_steps
 from dba3c.training.profiling import WorkerLaps
 from dba3c.training.report import WorkerReport
 
@@ -61,25 +57,6 @@ def make_pool_and_spec(cfg: Config) -> tuple[EnvPool, NetSpec]:
     """The training simulators and the network for their spaces."""
     pool = make_env_pool(cfg.env, cfg.model)
     return pool, make_net_spec(cfg.model, pool.obs_shape, pool.num_actions)
-
-
-def train(config_path: str, overrides: list[str], world_size: int) -> int:
-    """``dba3c train CONFIG OVERRIDES``: alone when ``world_size`` is 1, else as this rank of
-    an MPI world of that size. Returns the exit code: 0 done, 2 bad input, 1 training failed
-    (with one ``error: ...`` line on stderr)."""
-    def run() -> int:
-        cfg = load_config(config_path, overrides)
-        if world_size > 1:
-            from dba3c.distributed.run import train_distributed
-
-            return train_distributed(cfg)
-        summary = train_single(cfg)
-        print(f"run finished at step {summary.get('final_step')} "
-              f"({summary.get('stop_reason')}); outputs in {cfg.run.dir}", file=sys.stderr)
-        print(next_steps(cfg.run.dir, is_atari(cfg.env.id)), file=sys.stderr)
-        return 0
-
-    return exit_code(run)
 
 
 def train_single(cfg: Config, laps: WorkerLaps | None = None) -> dict:

@@ -148,3 +148,18 @@ def test_every_launch_recipe_runs_real_commands_and_every_figure_has_one():
         writes = f"docs/figures/{figure.name}"
         assert any(re.search(re.escape(writes) + r"\b", t) for t in text.values()), (
             f"no launch/ recipe writes {writes}")
+
+
+def test_no_test_file_imports_another():
+    # shared helpers live in tests/support; a test module is imported by pytest alone
+    importing = {}
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom) else
+                     [alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [])
+            hits = [n for n in names if n.split(".")[-1].startswith("test_")
+                    or n.startswith(("tests.unit", "tests.system")) or n == "conftest"]
+            if hits:
+                importing[str(path.relative_to(ROOT))] = hits
+    assert not importing, importing

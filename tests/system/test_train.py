@@ -85,7 +85,7 @@ def test_thread_settings_reach_tensorflow_in_train_and_launch(tmp_path):
     threads = ["train.intra_op_threads=1", "train.inter_op_threads=3"]
     overrides = [*SYNTH, "model.kind=a3c_ff", "train.batch_size=8", "train.max_seconds=0",
                  "train.max_steps=3", f"run.dir={tmp_path / 'train'}", *threads]
-    code = ("from dba3c.training.runner import train\n"
+    code = ("from dba3c.distributed.run import train\n"
             f"code = train('configs/breakout.yaml', {overrides!r}, 1)\n"
             "import tensorflow as tf\n"
             "t = tf.config.threading\n"
@@ -183,9 +183,9 @@ def test_sigkill_of_one_rank_ends_the_job_nonzero_within_30s(run_dir, victim):
 
 
 def test_library_train_is_the_command_line_train(tmp_path, capsys):
-    """``dba3c.training.runner.train`` (what the submitit job calls) trains exactly like ``dba3c
+    """``dba3c.distributed.run.train`` (what the submitit job calls) trains exactly like ``dba3c
     train`` and reports bad input the same way: one error line, exit code 2, nothing written."""
-    from dba3c.training.runner import train
+    from dba3c.distributed.run import train
 
     common = ["configs/breakout.yaml", *SYNTH, "model.kind=a3c_ff", "train.batch_size=8",
               "train.max_seconds=0", "train.max_steps=6"]
