@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from dba3c.config import Config, is_atari
 from dba3c.core import Transport
+from dba3c.cpus import rank_lines
 from dba3c.distributed.collective.ranks import run_collective_rank
 from dba3c.distributed.evaluator import run_evaluator
 from dba3c.distributed.ps.ranks import run_chief, run_worker
@@ -113,6 +114,11 @@ def train_distributed(cfg: Config) -> int:
         if t.rank == 0:
             print(f"error: {e}", file=sys.stderr, flush=True)
         return 2
+    role = make_roles(t.size, cfg).role(t.rank)
+    computes = "worker" in role and not cfg.synthetic.enabled  # simulators and TensorFlow
+    print("\n".join(rank_lines(t.rank, role, cfg.env if computes else None,
+                                cfg.train if computes else None, t.ranks_on_node())),
+          file=sys.stderr, flush=True)
     if t.rank != 0:
         ignore_polite_signals()
     play_rank(t, cfg, spec)

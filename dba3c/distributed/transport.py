@@ -167,6 +167,14 @@ class MpiTransport:
     def isend(self, buf: np.ndarray, dest: int, tag: int) -> Request:
         return MpiRequest(self._comm.Isend(buf, dest=dest, tag=tag))
 
+    def ranks_on_node(self) -> int:
+        """How many ranks of the world run on a host of this rank's name (collective: every
+        rank calls it at the same point; one small gather at start-up)."""
+        import socket
+
+        hosts = self._comm.allgather(socket.gethostname())
+        return hosts.count(hosts[self.rank])
+
     def irecv(self, buf: np.ndarray, source: int, tag: int) -> Request:
         src = self._mpi.ANY_SOURCE if source == ANY_SOURCE else source
         request = self._comm.Irecv(buf, source=src, tag=tag)

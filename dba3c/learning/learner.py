@@ -18,24 +18,33 @@ import numpy as np
 import tensorflow as tf
 
 from dba3c.config import TrainConfig
+from dba3c.cpus import bound_cpus, tensorflow_threads
 from dba3c.learning.models import NetSpec, forward, stage_forward, stage_params
 from dba3c.learning.params import layer_buckets, unflatten
 from dba3c.learning.rl import a3c_loss, clip_gradients
 
 
-def set_tensorflow_threads(intra_op: int, inter_op: int) -> None:
-    """Size this process's TensorFlow thread pools (0 keeps TensorFlow's choice).
+def set_tensorflow_threads(train_cfg: TrainConfig, num_cpus: int) -> None:
+    """Size this process's TensorFlow thread pools: ``train.intra_op_threads`` and
+    ``train.inter_op_threads``, or one thread per bound CPU (:mod:`dba3c.cpus`).
 
     They are fixed when TensorFlow first runs an op: a later call asking for the sizes
-    already in place does nothing, one asking for others raises RuntimeError.
+    already in place does nothing; one whose config asks for others raises RuntimeError.
+    A default is applied only while the pool is unsized and TensorFlow not yet running
+    (else TensorFlow's own choice stands, which it also makes from the bound CPUs).
     """
     threading_cfg = tf.config.threading
-    for wanted, get, set_ in ((intra_op, threading_cfg.get_intra_op_parallelism_threads,
-                               threading_cfg.set_intra_op_parallelism_threads),
-                              (inter_op, threading_cfg.get_inter_op_parallelism_threads,
-                               threading_cfg.set_inter_op_parallelism_threads)):
-        if wanted and get() != wanted:
-            set_(wanted)
+    wanted = tensorflow_threads(train_cfg, num_cpus)
+    for configured, size, get, set_ in (
+            (train_cfg.intra_op_threads, wanted[0], threading_cfg.get_intra_op_parallelism_threads,
+             threading_cfg.set_intra_op_parallelism_threads),
+            (train_cfg.inter_op_threads, wanted[1], threading_cfg.get_inter_op_parallelism_threads,
+             threading_cfg.set_inter_op_parallelism_threads)):
+        if configured and get() != configured:
+            set_(configured)
+        elif not configured and get() == 0:
+            with contextlib.suppress(RuntimeError):  # TensorFlow is running: its choice
+                set_(size)
 
 
 def onednn_enabled() -> bool:
@@ -71,7 +80,7 @@ class Learner:
 
     def __init__(self, spec: NetSpec, train_cfg: TrainConfig, theta: np.ndarray, *,
                  staged: bool = False):
-        set_tensorflow_threads(train_cfg.intra_op_threads, train_cfg.inter_op_threads)
+        set_tensorflow_threads(train_cfg, len(bound_cpus()))
         self.spec = spec
         self.layout = spec.layout()
         tensors = unflatten(self.layout, np.asarray(theta, np.float32))

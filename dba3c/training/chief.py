@@ -48,11 +48,12 @@ class Chief:
         self.metrics = JsonlWriter(self.run_dir.metrics_path)
         self.evals = JsonlWriter(self.run_dir.evals_path)
         if not cfg.synthetic.enabled:  # a synthetic chief imports no TensorFlow
+            from dba3c.cpus import bound_cpus
             from dba3c.learning.learner import set_tensorflow_threads
 
             # the TensorBoard writer starts TensorFlow, which fixes its thread pools then:
             # size them first, for the learner that this process may make later
-            set_tensorflow_threads(cfg.train.intra_op_threads, cfg.train.inter_op_threads)
+            set_tensorflow_threads(cfg.train, len(bound_cpus()))
         self.scalar_logs: list[ScalarLog] = [TensorBoard(self.run_dir.tensorboard_dir,
                                                          use_tensorflow=not cfg.synthetic.enabled)]
         if cfg.run.wandb:

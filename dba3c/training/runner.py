@@ -9,10 +9,13 @@ directory is touched.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from dba3c.config import Config
 from dba3c.core import Params
+from dba3c.cpus import rank_lines
 from dba3c.errors import UserError
 from dba3c.games.envs import EnvPool, env_spaces, make_env_pool
 from dba3c.learning.models import NetSpec, make_net_spec
@@ -53,6 +56,7 @@ class LocalParameterServer:
         self.version += 1
         return Params(self.version, self.theta.copy(), self.nonfinite_streak)
 
+
 def make_pool_and_spec(cfg: Config) -> tuple[EnvPool, NetSpec]:
     """The training simulators and the network for their spaces."""
     pool = make_env_pool(cfg.env, cfg.model)
@@ -80,6 +84,8 @@ def train_single(cfg: Config, laps: WorkerLaps | None = None) -> dict:
         if pool is not None:
             pool.close()
         raise
+    print("\n".join(rank_lines(0, "chief+worker", cfg.env, cfg.train, ranks_on_node=1)),
+          file=sys.stderr, flush=True)
     store = LocalParameterServer(start.theta, start.opt_state, start.step, make_optimizer(cfg))
     chief = Chief(cfg, start.ckpt, spec.layout(), num_workers=1)
     chief.install_signal_handlers()
