@@ -13,13 +13,20 @@
 # DBA3C_OVERRIDES are config overrides (KEY=VALUE, applied after the preset).
 #
 # Environment (all optional):
+#   DBA3C_HOME       the dba3c checkout (default: the one this script was submitted from,
+#                    found through Slurm's record of it; else the submission directory)
 #   DBA3C_CONFIG     preset                 (default: configs/breakout_64.yaml)
 #   DBA3C_RUN_DIR    run directory          (default: runs/<job name>-<job id>; stable across
 #                                            requeues, so a requeued job resumes)
-#   DBA3C_VENV       Python environment to activate (default: $SLURM_SUBMIT_DIR/.venv if it
+#   DBA3C_VENV       Python environment to activate (default: the checkout's .venv if it
 #                    exists; otherwise the python3 on PATH is used)
 #   DBA3C_MODULES    modules to `module load` first, space separated (e.g. "openmpi/4.1")
-#   DBA3C_LAUNCHER   srun (default, PMI2) or mpiexec (inside the allocation)
+#   DBA3C_LAUNCHER   srun (default) or mpiexec (inside the allocation)
+#   DBA3C_SRUN_MPI   srun's PMI plugin (default: the first of `srun --mpi=list` that the MPI
+#                    library speaks: pmi2 for MPICH, pmix for Open MPI, cray_shasta for Cray)
+#   DBA3C_CPUS_PER_TASK  CPUs each rank gets (default: all the allocation has per task; one
+#                    rank per node: its node's), passed to srun so that neither --exact nor
+#                    a shared node leaves a rank on one core
 #   DBA3C_OVERRIDES  extra config overrides
 #
 # Preemption and time limits: Slurm sends SIGUSR2 to this script 120 s before the limit (or
@@ -41,13 +48,21 @@ set -uo pipefail
 
 DBA3C_CONFIG=${DBA3C_CONFIG:-configs/breakout_64.yaml}
 DBA3C_LAUNCHER=${DBA3C_LAUNCHER:-srun}
-cd "${SLURM_SUBMIT_DIR:-$(pwd)}" || exit 1
+# The project: DBA3C_HOME, else the checkout this script was submitted from (sbatch runs a
+# copy; Slurm records the submitted path), else the submission directory.
+if [[ -z ${DBA3C_HOME:-} && -n ${SLURM_JOB_ID:-} ]]; then
+    submitted=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *Command=\([^ ]*\).*/\1/p')
+    [[ -f $submitted ]] && home=$(cd "$(dirname "$submitted")/.." && pwd) \
+        && [[ -d $home/dba3c ]] && DBA3C_HOME=$home
+fi
+cd "${DBA3C_HOME:-${SLURM_SUBMIT_DIR:-$(pwd)}}" || { echo "error: cannot enter the project" \
+    "${DBA3C_HOME:-${SLURM_SUBMIT_DIR:-}} (set DBA3C_HOME to the dba3c checkout)" >&2; exit 2; }
 RUN_DIR=${DBA3C_RUN_DIR:-runs/${SLURM_JOB_NAME:-dba3c}-${SLURM_JOB_ID:-local}}
 
 if [[ -n ${DBA3C_MODULES:-} ]]; then
     for m in $DBA3C_MODULES; do module load "$m" || { echo "error: module load $m failed" >&2; exit 1; }; done
 fi
-VENV=${DBA3C_VENV:-${SLURM_SUBMIT_DIR:-.}/.venv}
+VENV=${DBA3C_VENV:-$PWD/.venv}
 if [[ -f $VENV/bin/activate ]]; then
     # shellcheck disable=SC1091
     source "$VENV/bin/activate"
@@ -72,7 +87,10 @@ echo "dba3c: job ${SLURM_JOB_ID:-?} (restart ${SLURM_RESTART_COUNT:-0}) $NTASKS 
 python3 -m dba3c.launchers.slurm_check "$DBA3C_CONFIG" "$NTASKS" "${OVERRIDES[@]}" || exit $?
 
 case $DBA3C_LAUNCHER in
-    srun)    launch=(srun --mpi=pmi2 --kill-on-bad-exit=1 --ntasks="$NTASKS"); stop_sig=USR2 ;;
+    srun)    # --mpi and --cpus-per-task that fit this site and allocation (or one error line)
+             SRUN_OPTIONS=$(python3 -m dba3c.launchers.srun_options) || exit $?
+             # shellcheck disable=SC2206
+             launch=(srun $SRUN_OPTIONS --kill-on-bad-exit=1 --ntasks="$NTASKS"); stop_sig=USR2 ;;
     mpiexec) launch=(mpiexec -n "$NTASKS"); stop_sig=TERM ;;  # MPICH's mpiexec dies on USR2
     *) echo "error: DBA3C_LAUNCHER=$DBA3C_LAUNCHER must be srun or mpiexec" >&2; exit 2 ;;
 esac

@@ -3,7 +3,7 @@
 # workstation and for the project's tests: one node (default), or N emulated nodes, each a
 # network namespace behind its own rate-limited link.
 #
-# Usage:   slurm/local-cluster.sh start [--nodes N] [--link RATE]
+# Usage:   slurm/local-cluster.sh start [--nodes N] [--link RATE] [--affinity]
 #          slurm/local-cluster.sh stop|status|mpiexec-args
 #
 #   start   install Slurm + MUNGE if missing (Debian/Ubuntu, as root), write
@@ -21,6 +21,10 @@
 #               the 10.77.0.0/24 subnet. Each node runs its own slurmd (-N nodeK)
 #               inside its namespace; slurmctld and munged run on the host.
 #             --link RATE: link rate in tc units (default 10gbit; e.g. 500mbit).
+#             --affinity: TaskPlugin=task/affinity, as most sites run: Slurm binds every
+#               task to the CPUs it was given (each node then declares the host's real
+#               CPU count unless DBA3C_SLURM_CPUS says otherwise; binding needs CPUs
+#               that exist). Without it: task/none, no binding.
 #   stop    cancel all jobs, stop the daemons started by `start` (TERM, then KILL),
 #           remove every namespace, link, bridge and /etc/netns entry by name prefix
 #           (also leftovers of a crashed run). Idempotent.
@@ -40,8 +44,9 @@
 # Environment:
 #   DBA3C_SLURM_DIR   state directory (default /tmp/dba3c-slurm): slurm.conf,
 #                     controller state, slurmd spool, logs and pid files.
-#   DBA3C_SLURM_CPUS  CPUs each node declares (default 8; may exceed the real
-#                     core count, thanks to SlurmdParameters=config_overrides).
+#   DBA3C_SLURM_CPUS  CPUs each node declares (default 8, or the real count with
+#                     --affinity; may exceed the real count without it, thanks to
+#                     SlurmdParameters=config_overrides).
 #   DBA3C_SLURM_MEM   RealMemory of each node in MB (default 8000).
 #
 # How clients find the cluster: slurm.conf is written to $DBA3C_SLURM_DIR and
@@ -50,7 +55,7 @@
 # `sbatch`, `squeue`, `scontrol` and submitit work without SLURM_CONF;
 # `export SLURM_CONF=$DBA3C_SLURM_DIR/slurm.conf` does the same explicitly.
 #
-# Runs without systemd or cgroups (proctrack/linuxproc, task/none). The daemons
+# Runs without systemd or cgroups (proctrack/linuxproc, task/none or task/affinity). The daemons
 # run as root, munged as the `munge` user (it refuses to run as root). There is
 # no slurmdbd, so `sacct` reports an error; use `scontrol show job` / `squeue`.
 # Exit codes: 0 ok, 1 failure, 2 cannot run here (not root, no packages, no `ip netns`)
@@ -59,9 +64,10 @@ set -euo pipefail
 
 STATE_DIR=${DBA3C_SLURM_DIR:-/tmp/dba3c-slurm}
 CPUS=${DBA3C_SLURM_CPUS:-8}
+AFFINITY=0  # --affinity: 1
 MEM=${DBA3C_SLURM_MEM:-8000}
 CONF=$STATE_DIR/slurm.conf
-LAYOUT=$STATE_DIR/layout  # "NODES RATE" of the running cluster
+LAYOUT=$STATE_DIR/layout  # "NODES RATE AFFINITY" of the running cluster
 ETC_CONF=/etc/slurm/slurm.conf
 HOST=$(hostname -s)
 export SLURM_CONF=$CONF
@@ -92,9 +98,11 @@ parse_start_args() {
         case $1 in
             --nodes) NODES=${2:-}; shift 2 || die "--nodes needs a value" 2 ;;
             --link) RATE=${2:-}; link_given=1; shift 2 || die "--link needs a value" 2 ;;
-            *) die "unknown start option '$1'; allowed: --nodes N, --link RATE" 2 ;;
+            --affinity) AFFINITY=1; shift ;;
+            *) die "unknown start option '$1'; allowed: --nodes N, --link RATE, --affinity" 2 ;;
         esac
     done
+    ((AFFINITY == 0)) || CPUS=${DBA3C_SLURM_CPUS:-$(nproc --all)}
     [[ $NODES =~ ^[1-9][0-9]{0,2}$ ]] && ((NODES <= MAX_NODES)) \
         || die "--nodes '$NODES' must be an integer from 1 to $MAX_NODES" 2
     rate_bytes "$RATE" >/dev/null \
@@ -118,7 +126,8 @@ rate_bytes() {  # rate_bytes RATE: bytes per second of a tc rate (kbit/mbit/gbit
 
 read_layout() {  # the running cluster's layout, if any
     [[ -s $LAYOUT ]] || return 1
-    read -r NODES RATE <"$LAYOUT"
+    read -r NODES RATE AFFINITY <"$LAYOUT"
+    AFFINITY=${AFFINITY:-0}
 }
 
 # --- pid files ---------------------------------------------------------------
@@ -225,7 +234,7 @@ SlurmdLogFile=$STATE_DIR/log/$slurmd_log.log
 SlurmctldPidFile=$(pidfile slurmctld)
 SlurmdPidFile=$(pidfile "$slurmd_pid")
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=task/$( ((AFFINITY)) && echo affinity || echo none)
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides
@@ -385,7 +394,7 @@ reshape() {  # a running emulated cluster gets a new link rate
         shape "$RATE" "$VETH_PREFIX$k"
         shape "$RATE" eth0 "$(netns "$k")"
     done
-    echo "$NODES $RATE" >"$LAYOUT"
+    echo "$NODES $RATE $AFFINITY" >"$LAYOUT"
     log "links reshaped to $RATE"
 }
 
@@ -414,22 +423,23 @@ start() {
         command -v ip >/dev/null && ip netns list >/dev/null 2>&1 \
             || die "no 'ip netns' here: cannot emulate $NODES nodes" 2
     fi
-    local want_nodes=$NODES want_rate=$RATE
+    local want_nodes=$NODES want_rate=$RATE want_affinity=$AFFINITY
     # the running cluster's layout (no layout file: one node, from an older version of this)
     if read_layout || { running slurmctld && NODES=1; }; then
-        if ((NODES == want_nodes)) && up_with_layout; then
+        if ((NODES == want_nodes && AFFINITY == want_affinity)) && up_with_layout; then
             if [[ $RATE != "$want_rate" ]]; then RATE=$want_rate; reshape; fi
             log "already up ($CONF, $NODES node(s))"; sinfo; return 0
         fi
-        log "restarting: $want_nodes node(s) wanted, $NODES configured (or not all up)"
+        log "restarting: $want_nodes node(s) wanted (task binding: $want_affinity)," \
+            "$NODES configured (binding: $AFFINITY, or not all up)"
         stop
-        NODES=$want_nodes RATE=$want_rate
+        NODES=$want_nodes RATE=$want_rate AFFINITY=$want_affinity
     fi
     install_packages
     local t0=$SECONDS
     cleanup_network  # leftovers of a crashed run
     mkdir -p "$STATE_DIR"
-    echo "$NODES $RATE" >"$LAYOUT"
+    echo "$NODES $RATE $AFFINITY" >"$LAYOUT"
     ((NODES == 1)) || make_network
     write_conf
     start_munge

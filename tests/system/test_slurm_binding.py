@@ -1,0 +1,109 @@
+"""Every rank uses the CPUs Slurm gives it, on a local Slurm that binds tasks as most sites do
+(``slurm/local-cluster.sh start --nodes 2 --affinity``: TaskPlugin=task/affinity, each
+emulated node declaring the host's real CPU count); and srun's PMI plugin fits the MPI.
+
+The module starts that cluster and stops it afterwards (it differs from the other modules'
+clusters, which start their own)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from dba3c.benchmarks.emulated import emulation_problem, run_script
+from tests.support import ROOT, read_jsonl
+from tests.support.slurm import sbatch, wait_job
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+NODE_CPUS = os.cpu_count() or 1
+TINY = ["dist.ps=1", "eval.rank=false", "eval.every=0", "debug.synthetic_data=true",
+        "model.kind=a3c_ff", "train.batch_size=8", "train.max_steps=5", "run.log_every=1",
+        "run.progress=none"]
+
+
+@pytest.fixture(scope="module")
+def binding():
+    """A 2-node emulated cluster whose slurmds bind tasks to their CPUs."""
+    problem = emulation_problem()
+    if problem:
+        pytest.skip(f"no emulated cluster here: {problem}")
+    if NODE_CPUS < 2:
+        pytest.skip("binding to a node's CPUs needs a host with 2 or more")
+    start = run_script("start", "--nodes", "2", "--affinity")
+    if start.returncode == 2:
+        pytest.skip(f"cannot start an emulated cluster here: {start.stderr.strip()[-300:]}")
+    assert start.returncode == 0, start.stderr[-3000:]
+    try:
+        yield
+    finally:
+        run_script("stop")
+
+
+def run_job(tmp_path, *sbatch_args: str, env: dict[str, str] | None = None) -> str:
+    """Run the sbatch script at tiny scale (1 worker on node 1, 1 PS on node 2); its log."""
+    run = tmp_path / "run"
+    exports = ",".join(["ALL", *(f"{k}={v}" for k, v in (env or {}).items())])
+    job = sbatch(f"--export={exports}", *sbatch_args, "-o", tmp_path / "%j.out",
+                 "slurm/breakout_64.sh", *TINY, f"run.dir={run}")
+    info = wait_job(job, tmp_path / f"{job}.out", timeout=240)
+    log = (tmp_path / f"{job}.out").read_text()
+    assert info["JobState"] == "COMPLETED", log[-3000:]
+    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")][-1] == 5
+    return log
+
+
+def bound(log: str) -> dict[int, tuple[int, str]]:
+    """rank -> (CPUs bound, host) from the ranks' first lines."""
+    return {int(r): (int(n), host) for r, host, n in re.findall(
+        r"^rank (\d+) \(\S+\) on (\S+): (\d+) of \d+ CPUs bound", log, re.M)}
+
+
+def test_ranks_get_every_cpu_of_their_node_even_under_exact(binding, tmp_path):
+    # SLURM_EXACT=1 (srun --exact, a default at some sites) would give a step's task one CPU
+    log = run_job(tmp_path, "-N2", "-n2", "--exclusive", env={"SLURM_EXACT": "1"})
+    assert f"srun --cpus-per-task={NODE_CPUS}" in log
+    ranks = bound(log)
+    assert ranks == {0: (NODE_CPUS, "node1"), 1: (NODE_CPUS, "node2")}, log[-3000:]
+    assert "warning:" not in log
+
+
+def test_a_rank_given_one_cpu_says_so_with_the_fix(binding, tmp_path):
+    log = run_job(tmp_path, "-N2", "-n2", env={"DBA3C_CPUS_PER_TASK": "1"})
+    assert bound(log)[0] == (1, "node1")
+    warning = [line for line in log.splitlines() if line.startswith("warning: rank 0 ")]
+    assert len(warning) == 1 and f"--cpus-per-task={NODE_CPUS}" in warning[0], log[-3000:]
+
+
+def test_the_pmi_plugin_is_chosen_for_the_mpi_and_a_wrong_one_stops_before_any_rank(
+        binding, tmp_path):
+    log = run_job(tmp_path, "-N2", "-n2")
+    assert re.search(r"srun --mpi=pmi2 \(chosen; srun offers [^)]*pmi2", log), log[-3000:]
+    run = tmp_path / "refused"
+    job = sbatch("--export=ALL,DBA3C_SRUN_MPI=pmix_v99", "-N2", "-n2", "-o",
+                 tmp_path / "%j.out", "slurm/breakout_64.sh", *TINY, f"run.dir={run}")
+    info = wait_job(job, tmp_path / f"{job}.out", timeout=120)
+    log = (tmp_path / f"{job}.out").read_text()
+    assert info["JobState"] == "FAILED" and info["ExitCode"].startswith("2:"), log[-3000:]
+    errors = [line for line in log.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "DBA3C_SRUN_MPI=pmix_v99 is not a plugin" in errors[0]
+    assert "MPICH" in errors[0] and "pmi2" in errors[0]
+    assert not run.exists() and "rank 0 (" not in log
+
+
+def test_a_job_submitted_from_elsewhere_runs_in_its_checkout(binding, tmp_path):
+    # sbatch runs a copy of the script; it finds the checkout (and its .venv) from Slurm's
+    # record of the submitted path, not from the directory it was submitted in
+    import subprocess
+
+    run = tmp_path / "run"
+    out = subprocess.run(["sbatch", "--parsable", "-N2", "-n2", "-o", str(tmp_path / "%j.out"),
+                          str(ROOT / "slurm" / "breakout_64.sh"), *TINY, f"run.dir={run}"],
+                         cwd=tmp_path, capture_output=True, text=True, check=True)
+    job = out.stdout.strip().split(";")[0]
+    info = wait_job(job, tmp_path / f"{job}.out", timeout=240)
+    log = (tmp_path / f"{job}.out").read_text()
+    assert info["JobState"] == "COMPLETED", log[-3000:]
+    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")][-1] == 5
