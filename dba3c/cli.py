@@ -11,6 +11,7 @@ import sys
 from typing import NoReturn
 
 from dba3c.errors import UserError, exit_code
+from dba3c.launchers.slurm_site import add_slurm_args
 from dba3c.learning.tflog import quiet_tensorflow
 
 
@@ -79,7 +80,8 @@ def make_parser() -> argparse.ArgumentParser:
                    help="gradient ranks per run unless dist.workers is swept (default 1)")
     p.add_argument("--max-seconds", type=float, default=None, help="train.max_seconds per run")
     p.add_argument("--dir", default=None, help="sweep directory (default runs/sweep-CONFIG)")
-    p.add_argument("--time", type=int, default=60, help="Slurm time limit per run, minutes")
+    add_slurm_args(p, time_help="--launcher slurm: time limit per point, minutes (default: "
+                   "its train.max_seconds plus a margin)")
 
     p = sub.add_parser("bench", help="ceilings, end-to-end throughput, MFU, distributed "
                        "overhead -> bench/results.json (--log: and a new docs/log entry)")
@@ -277,15 +279,19 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``dba3c sweep``: run the grid, write SWEEP/sweep.csv, print its path."""
-    from dba3c.launchers.sweep import run_sweep
+    from dba3c.launchers.slurm_site import site_from_args
+    from dba3c.launchers.sweep import SlurmRequest, run_sweep
 
     if args.workers is not None and args.workers < 1:
         raise UserError(f"--workers {args.workers} must be at least 1")
     if args.max_seconds is not None and args.max_seconds <= 0:
         raise UserError(f"--max-seconds {args.max_seconds:g} must be positive")
+    site = site_from_args(args)  # checks the counts too
     path = run_sweep(args.config, args.grid, args.overrides, sweep_dir=args.dir,
                      launcher=args.launcher, workers=args.workers,
-                     max_seconds=args.max_seconds, minutes=args.time)
+                     max_seconds=args.max_seconds,
+                     slurm=SlurmRequest(args.tasks_per_node, args.cpus_per_task, args.time,
+                                        site))
     print(path)
     return 0
 

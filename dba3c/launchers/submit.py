@@ -1,10 +1,12 @@
 """Submitit launcher: ``python -m dba3c.launchers.submit`` (also ``dba3c submit``).
 
-One Slurm job whose tasks form the MPI world (srun with PMI2), or a job array for sweeps
-(``--grid KEY=v1,v2`` once per swept key; one run directory per combination).
+One Slurm job whose tasks form the MPI world, or a job array for sweeps (``--grid
+KEY=v1,v2`` once per swept key; one run directory per combination). Every rank gets a node
+and all its CPUs unless told otherwise, srun's PMI plugin fits the site's MPI, and the time
+limit follows ``train.max_seconds`` (:mod:`dba3c.launchers.slurm_site`).
 ``--cluster local|debug`` runs the same function without Slurm (one process, world size 1).
 
-    dba3c submit configs/breakout_64.yaml --nodes 69 --tasks-per-node 1 --time 120
+    dba3c submit configs/breakout_64.yaml --nodes 69 --partition cpu --account proj42
     dba3c submit configs/cartpole.yaml --tasks-per-node 3 --ps 1 --grid run.seed=0,1,2
 
 Preemption and time limits: Slurm signals USR2 ``--signal-delay`` seconds before the limit
@@ -26,6 +28,16 @@ import submitit
 
 from dba3c.distributed.roles import make_roles
 from dba3c.errors import UserError
+from dba3c.launchers.slurm_site import (
+    MARGIN_MIN,
+    SlurmSite,
+    add_slurm_args,
+    executor_parameters,
+    partition_cpus,
+    site_from_args,
+    time_limit_minutes,
+)
+from dba3c.launchers.srun_options import mpi_plugin
 from dba3c.learning.tflog import quiet_tensorflow
 from dba3c.preset import load_config
 from dba3c.training.rundir import RunDir
@@ -80,23 +92,33 @@ def point_name(index: int, combo: list[str]) -> str:
 
 def make_executor(*, folder: str, cluster: str | None, nodes: int, tasks_per_node: int,
                   minutes: int, signal_delay: int = 120, max_requeues: int = 3,
-                  partition: str | None = None,
+                  site: SlurmSite | None = None,
                   cpus_per_task: int | None = None) -> submitit.AutoExecutor:
-    """A submitit executor whose Slurm jobs form one MPI world (srun, PMI2), are signalled
-    ``signal_delay`` seconds before their time limit and may requeue ``max_requeues`` times."""
+    """A submitit executor whose Slurm jobs form one MPI world, give each rank
+    ``cpus_per_task`` CPUs (default: its node's, over the tasks per node), carry the site's
+    options, are signalled ``signal_delay`` seconds before their time limit and may requeue
+    ``max_requeues`` times. Says on stderr what it chose."""
     executor = submitit.AutoExecutor(folder=folder, cluster=cluster,
                                      slurm_max_num_timeout=max_requeues)
-    params = dict(nodes=nodes, tasks_per_node=tasks_per_node, timeout_min=minutes,
-                  name="dba3c")
-    if executor.cluster == "slurm":
-        params.update(slurm_srun_args=["--mpi=pmi2", "--kill-on-bad-exit=1"],
-                      slurm_signal_delay_s=signal_delay,
-                      slurm_additional_parameters={"requeue": True})
-        if partition:
-            params["slurm_partition"] = partition
-        if cpus_per_task:
-            params["cpus_per_task"] = cpus_per_task
-    executor.update_parameters(**params)
+    if executor.cluster != "slurm":
+        executor.update_parameters(nodes=nodes, tasks_per_node=tasks_per_node,
+                                   timeout_min=minutes, name="dba3c")
+        return executor
+    site = site or SlurmSite()
+    plugin, because = mpi_plugin(os.environ)
+    if cpus_per_task is None:
+        node_cpus = partition_cpus(site.partition)
+        cpus_per_task = max(1, node_cpus // tasks_per_node) if node_cpus else None
+        cpus_from = (f"the partition's nodes have {node_cpus} CPUs, {tasks_per_node} task(s) "
+                     f"each" if node_cpus else "sinfo did not say: Slurm's default")
+    else:
+        cpus_from = "--cpus-per-task"
+    print(f"dba3c submit: {nodes} node(s) x {tasks_per_node} task(s), {minutes} min; "
+          f"--cpus-per-task={cpus_per_task or 'default'} ({cpus_from}); {because}",
+          file=sys.stderr, flush=True)
+    executor.update_parameters(**executor_parameters(
+        nodes=nodes, tasks_per_node=tasks_per_node, minutes=minutes,
+        cpus_per_task=cpus_per_task, site=site, mpi_plugin=plugin, signal_delay=signal_delay))
     return executor
 
 
@@ -106,11 +128,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("config")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--tasks-per-node", type=int, default=1, help="MPI ranks per node")
     p.add_argument("--ps", type=int, default=None, help="parameter servers (dist.ps)")
-    p.add_argument("--cpus-per-task", type=int, default=None)
-    p.add_argument("--time", type=int, default=60, help="minutes")
-    p.add_argument("--partition", default=None)
+    add_slurm_args(p, time_help="minutes (default: train.max_seconds plus "
+                   f"{MARGIN_MIN} minutes)")
     p.add_argument("--cluster", choices=["slurm", "local", "debug"], default=None,
                    help="default: slurm when sbatch is available, else local")
     p.add_argument("--folder", default="runs/submitit/%j", help="submitit logs")
@@ -124,20 +144,22 @@ def make_parser() -> argparse.ArgumentParser:
 def submit(args: argparse.Namespace) -> list:
     """Validate every combination's layout, then submit; returns the submitit jobs."""
     base = list(args.overrides) + ([f"dist.ps={args.ps}"] if args.ps is not None else [])
+    site = site_from_args(args)
     world = args.nodes * args.tasks_per_node
     combos = grid_overrides(args.grid)
-    jobs_args = []
+    jobs_args, minutes = [], 0
     for i, combo in enumerate(combos):
         overrides = base + combo
         cfg = load_config(args.config, overrides)
         if len(combos) > 1:
             overrides.append(f"run.dir={cfg.run.dir}/{point_name(i, combo)}")
         make_roles(world, cfg)  # refuse impossible layouts before submitting anything
+        minutes = max(minutes, time_limit_minutes(cfg.train.max_seconds, args.time))
         jobs_args.append(TrainJob(args.config, overrides))
     executor = make_executor(folder=args.folder, cluster=args.cluster, nodes=args.nodes,
-                             tasks_per_node=args.tasks_per_node, minutes=args.time,
+                             tasks_per_node=args.tasks_per_node, minutes=minutes,
                              signal_delay=args.signal_delay, max_requeues=args.max_requeues,
-                             partition=args.partition, cpus_per_task=args.cpus_per_task)
+                             site=site, cpus_per_task=args.cpus_per_task)
     if executor.cluster != "slurm" and world > 1:
         raise UserError(f"--cluster {executor.cluster} runs one process; use --nodes 1 "
                         f"--tasks-per-node 1 (asked for {world} tasks)")

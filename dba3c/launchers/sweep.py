@@ -7,7 +7,10 @@ summarised in ``SWEEP/sweep.csv`` (what ``dba3c plot SWEEP`` reads).
 
 ``--launcher local`` runs the points one after another as local dry runs (``dba3c launch``,
 or one process when the layout is a single rank); ``--launcher slurm`` submits one submitit job
-per point (a job array) and waits. The CSV is rewritten after every finished point, so an
+per point and waits: by default each rank of a point has a node and all its CPUs, and a
+point's time limit is its ``train.max_seconds`` plus a margin
+(:mod:`dba3c.launchers.slurm_site`; ``--tasks-per-node``, ``--cpus-per-task``, ``--time`` and
+the site's options change that). The CSV is rewritten after every finished point, so an
 interrupted sweep keeps what it measured; rerunning it skips points whose run directory
 already has a ``summary.json`` and whose row says ``ok``.
 """
@@ -19,6 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -26,6 +30,7 @@ from dba3c.config import Config
 from dba3c.distributed.roles import make_roles, required_world_size
 from dba3c.errors import UserError
 from dba3c.launchers.local import launch_command
+from dba3c.launchers.slurm_site import SlurmSite, nodes_for, time_limit_minutes
 from dba3c.launchers.submit import grid_overrides, point_name
 from dba3c.preset import load_config
 from dba3c.training.metrics import steady_throughput
@@ -107,21 +112,26 @@ def run_local(point: Point, config: str, log: Path) -> int:
         return subprocess.call(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
-def run_slurm(points: list[Point], config: str, sweep_dir: Path, minutes: int) -> list[int]:
-    """Submit every point as one submitit job (an array) and wait; exit code per point."""
+def run_slurm(points: list[Point], config: str, sweep_dir: Path,
+              request: SlurmRequest) -> list[int]:
+    """Submit every point as a submitit job (one array per node count and time limit) and
+    wait; exit code per point."""
     import submitit
 
     from dba3c.launchers.submit import TrainJob, make_executor
 
     codes = []
-    by_world: dict[int, list[Point]] = {}
+    by_shape: dict[tuple[int, int], list[Point]] = {}
     for p in points:
-        by_world.setdefault(p.world, []).append(p)
+        shape = (nodes_for(p.world, request.tasks_per_node),
+                 time_limit_minutes(p.cfg.train.max_seconds, request.minutes))
+        by_shape.setdefault(shape, []).append(p)
     jobs = {}
-    for world, group in by_world.items():
+    for (nodes, minutes), group in by_shape.items():
         executor = make_executor(folder=str(SweepDir(sweep_dir).submitit_dir / "%j"),
-                                 cluster="slurm", nodes=1, tasks_per_node=world,
-                                 minutes=minutes)
+                                 cluster="slurm", nodes=nodes,
+                                 tasks_per_node=request.tasks_per_node, minutes=minutes,
+                                 site=request.site, cpus_per_task=request.cpus_per_task)
         with executor.batch():
             for p in group:
                 jobs[p.name] = executor.submit(TrainJob(config, p.overrides))
@@ -138,13 +148,29 @@ def run_slurm(points: list[Point], config: str, sweep_dir: Path, minutes: int) -
     return codes
 
 
+@dataclass(frozen=True)
+class SlurmRequest:
+    """What ``--launcher slurm`` asks of Slurm for every point (None: the defaults of
+    :mod:`dba3c.launchers.slurm_site`)."""
+
+    tasks_per_node: int = 1
+    cpus_per_task: int | None = None
+    minutes: int | None = None
+    site: SlurmSite = field(default_factory=SlurmSite)
+
+
 def run_sweep(config: str, grid: list[str], overrides: list[str], *, sweep_dir: str | None,
               launcher: str, workers: int | None, max_seconds: float | None,
-              minutes: int = 60) -> Path:
+              slurm: SlurmRequest | None = None) -> Path:
     """Run the grid and write ``sweep.csv``; returns its path."""
     name = Path(config).stem
     root = Path(sweep_dir or f"runs/sweep-{name}")
     points = make_points(config, grid, overrides, root, workers, max_seconds)
+    slurm = slurm or SlurmRequest()
+    if launcher == "slurm":  # every point's shape and time limit, before anything runs
+        for p in points:
+            nodes_for(p.world, slurm.tasks_per_node)
+            time_limit_minutes(p.cfg.train.max_seconds, slurm.minutes)
     keys = [item.partition("=")[0] for item in grid]
     sweep = SweepDir(root)
     try:
@@ -161,7 +187,7 @@ def run_sweep(config: str, grid: list[str], overrides: list[str], *, sweep_dir: 
         else:
             todo.append(p)
     if launcher == "slurm" and todo:
-        for p, code in zip(todo, run_slurm(todo, config, root, minutes)):
+        for p, code in zip(todo, run_slurm(todo, config, root, slurm)):
             rows[p.name] = p.row(point_result(p.run_dir, code))
     for i, p in enumerate(todo if launcher == "local" else []):
         started = time.monotonic()

@@ -1,0 +1,81 @@
+"""dba3c.launchers.slurm_site: what submit and sweep ask Slurm for, written out by hand."""
+
+import argparse
+
+import pytest
+
+from dba3c.errors import UserError
+from dba3c.launchers.slurm_site import (
+    MARGIN_MIN,
+    UNTIMED_MIN,
+    SlurmSite,
+    add_slurm_args,
+    executor_parameters,
+    nodes_for,
+    site_from_args,
+    smallest_node_cpus,
+    time_limit_minutes,
+)
+
+
+def parse(*argv):
+    p = argparse.ArgumentParser()
+    add_slurm_args(p, time_help="minutes")
+    return p.parse_args(list(argv))
+
+
+def test_the_site_options_travel_as_given():
+    args = parse("--partition", "cpu", "--account", "proj42", "--qos", "long",
+                 "--constraint", "skylake", "--slurm", "mem=0", "--slurm",
+                 "cpu-freq=high")
+    assert site_from_args(args) == SlurmSite("cpu", "proj42", "long", "skylake",
+                                             (("mem", "0"), ("cpu_freq", "high")))
+    assert site_from_args(parse()) == SlurmSite()
+
+
+@pytest.mark.parametrize("bad", ["mem", "=0", "--mem=0"])
+def test_a_slurm_option_that_is_not_key_value_is_refused(bad):
+    with pytest.raises(UserError, match="must look like KEY=VALUE"):
+        site_from_args(parse(f"--slurm={bad}"))
+
+
+@pytest.mark.parametrize("flag", ["--tasks-per-node", "--cpus-per-task", "--time"])
+def test_counts_below_one_are_refused(flag):
+    with pytest.raises(UserError, match=f"{flag} 0 must be at least 1"):
+        site_from_args(parse(flag, "0"))
+
+
+def test_the_smallest_node_of_a_partition_sets_the_cpus():
+    assert smallest_node_cpus("12\n12\n8\n") == 8
+    assert smallest_node_cpus("48+\n") == 48  # sinfo marks a mixed count with +
+    assert smallest_node_cpus("") is None
+
+
+def test_every_rank_gets_a_node_unless_told_otherwise():
+    assert nodes_for(69, 1) == 69
+    assert nodes_for(8, 4) == 2
+    with pytest.raises(UserError, match="5 ranks do not fill nodes of 2 tasks"):
+        nodes_for(5, 2)
+
+
+def test_the_time_limit_follows_max_seconds_plus_a_margin():
+    assert time_limit_minutes(1800, None) == 30 + MARGIN_MIN
+    assert time_limit_minutes(170, None) == 3 + MARGIN_MIN  # whole minutes, rounded up
+    assert time_limit_minutes(0, None) == UNTIMED_MIN
+    assert time_limit_minutes(1800, 45) == 45  # --time wins
+
+
+def test_the_job_and_its_srun_get_the_cpus_the_plugin_and_the_site():
+    params = executor_parameters(nodes=69, tasks_per_node=1, minutes=130, cpus_per_task=12,
+                                 site=SlurmSite("cpu", "proj42", None, None, (("mem", "0"),)),
+                                 mpi_plugin="pmix_v4", signal_delay=120)
+    assert params == {
+        "nodes": 69, "tasks_per_node": 1, "timeout_min": 130, "name": "dba3c",
+        "slurm_signal_delay_s": 120, "cpus_per_task": 12,
+        "slurm_srun_args": ["--mpi=pmix_v4", "--kill-on-bad-exit=1", "--cpus-per-task=12"],
+        "slurm_partition": "cpu", "slurm_account": "proj42",
+        "slurm_additional_parameters": {"requeue": True, "mem": "0"}}
+    plain = executor_parameters(nodes=1, tasks_per_node=2, minutes=60, cpus_per_task=None,
+                                site=SlurmSite(), mpi_plugin="pmi2", signal_delay=60)
+    assert "cpus_per_task" not in plain
+    assert plain["slurm_srun_args"] == ["--mpi=pmi2", "--kill-on-bad-exit=1"]
