@@ -137,7 +137,7 @@ def test_a_shaped_link_limits_mpi_over_tcp(emulated):
         before = link_bytes()
         args = shlex.split(cluster("mpiexec-args"))
         proc = subprocess.run([str(ROOT / ".venv" / "bin" / "mpiexec"), *args, "-n", "2",
-                               sys.executable, str(ROOT / "dba3c" / "launchers" / "pingpong.py"),
+                               sys.executable, str(ROOT / "dba3c" / "benchmarks" / "pingpong.py"),
                                str(4 << 20), "5"],
                               capture_output=True, text=True, timeout=120, cwd="/tmp")
         after = link_bytes()
