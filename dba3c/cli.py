@@ -26,6 +26,9 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="YAML preset, e.g. configs/breakout.yaml")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="config overrides with YAML typing, e.g. train.lr=3e-4")
+    p.add_argument("--overrides", action="append", default=[], dest="overrides_files",
+                   metavar="FILE", help="a YAML file of config sections applied before the "
+                   "KEY=VALUE overrides (e.g. the node settings `dba3c tune --write` found)")
 
 
 def counts(text: str) -> tuple[int, ...]:
@@ -137,7 +140,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--write", default=None, metavar="FILE",
                    help="also write the config with the best setting as a new preset YAML")
     p.add_argument("--state", default=None, metavar="FILE",
-                   help="trials so far, for resuming (default tune-<config stem>.json here)")
+                   help="trials so far, for resuming (default runs/tune/tune-<config stem>.json)")
 
     sub.add_parser("submit", help="submit to Slurm with submitit (see `dba3c submit --help`)")
 
@@ -157,6 +160,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if rest:
         args.overrides = list(args.overrides) + rest
+    if getattr(args, "overrides_files", None):
+        from dba3c.config import overrides_file
+
+        try:
+            from_files = [item for path in args.overrides_files
+                          for item in overrides_file(path)]
+        except UserError as e:
+            parser.exit(2, f"error: {e}\n")
+        args.overrides = from_files + list(args.overrides)
     return args
 
 
@@ -197,6 +209,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
     from dba3c.config import dump_yaml
     from dba3c.distributed.roles import make_roles, required_world_size
     from dba3c.games.envs import env_spaces
+    from dba3c.launchers.slurm_site import MARGIN_MIN, allocation_lines, time_limit_minutes
     from dba3c.learning.models import make_net_spec
     from dba3c.preset import load_config
 
@@ -212,6 +225,12 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print(f"world_size: {roles.world_size}")
         for line in roles.describe():
             print(line)
+        minutes = time_limit_minutes(cfg.train.max_seconds, None)
+        for line in allocation_lines(roles.world_size, 1, minutes,
+                                     cfg.eval.target_score if cfg.eval.stop_at_target else None):
+            print(line)
+        print(f"(one rank per node, the time limit dba3c submit asks: train.max_seconds plus "
+              f"{MARGIN_MIN} min; slurm/*.sh print their own at start)")
     else:
         print("world_size: 1 (pass --workers W to lay out a cluster)")
     return 0

@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import functools
 import importlib.util
+import json
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -604,6 +605,23 @@ def parse_overrides(overrides: list[str]) -> dict:
             value = raw
         tree.setdefault(section, {})[name] = value
     return tree
+
+
+def overrides_file(path: str) -> list[str]:
+    """A YAML file of config sections (``env: {num_envs: 16}``) as ``KEY=VALUE`` overrides,
+    in the file's order: what ``--overrides FILE`` adds before the command line's own (values
+    written as JSON, which YAML reads back as the same value)."""
+    tree = read_yaml(path)
+    if not isinstance(tree, dict):
+        raise UserError(f"overrides file {path!r} must be a mapping of sections "
+                        f"({', '.join(SECTIONS)}), got {type(tree).__name__}")
+    items = []
+    for section, values in tree.items():
+        if not isinstance(values, dict):
+            raise UserError(f"section {section!r} in the overrides file {path} must be a "
+                            f"mapping of keys")
+        items += [f"{section}.{key}={json.dumps(value)}" for key, value in values.items()]
+    return items
 
 
 def _merge(base: dict, extra: dict) -> dict:

@@ -28,6 +28,8 @@
 #                    rank per node: its node's), passed to srun so that neither --exact nor
 #                    a shared node leaves a rank on one core
 #   DBA3C_OVERRIDES  extra config overrides
+#   DBA3C_OVERRIDES_FILE  a YAML file of config sections applied before them, e.g. the node
+#                    settings of `sbatch slurm/tune.sh` (dba3c tune --write)
 #
 # Preemption and time limits: Slurm sends SIGUSR2 to this script 120 s before the limit (or
 # `scancel --signal=USR2 JOBID` at any time); it is forwarded to rank 0, which writes a
@@ -48,31 +50,23 @@ set -uo pipefail
 
 DBA3C_CONFIG=${DBA3C_CONFIG:-configs/breakout_64.yaml}
 DBA3C_LAUNCHER=${DBA3C_LAUNCHER:-srun}
-# The project: DBA3C_HOME, else the checkout this script was submitted from (sbatch runs a
-# copy; Slurm records the submitted path), else the submission directory.
-if [[ -z ${DBA3C_HOME:-} && -n ${SLURM_JOB_ID:-} ]]; then
-    submitted=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *Command=\([^ ]*\).*/\1/p')
-    [[ -f $submitted ]] && home=$(cd "$(dirname "$submitted")/.." && pwd) \
-        && [[ -d $home/dba3c ]] && DBA3C_HOME=$home
-fi
-cd "${DBA3C_HOME:-${SLURM_SUBMIT_DIR:-$(pwd)}}" || { echo "error: cannot enter the project" \
-    "${DBA3C_HOME:-${SLURM_SUBMIT_DIR:-}} (set DBA3C_HOME to the dba3c checkout)" >&2; exit 2; }
+# The checkout: DBA3C_HOME, else the one this script was submitted from, else the submission
+# directory; slurm/lib.sh enters it and activates its environment.
+submitted=$(scontrol show job "${SLURM_JOB_ID:-}" 2>/dev/null | sed -n 's/^ *Command=\([^ ]*\).*/\1/p')
+[[ -z ${DBA3C_HOME:-} && -f ${submitted:-} ]] && DBA3C_HOME=$(dirname "$submitted")/..
+lib=${DBA3C_HOME:-${SLURM_SUBMIT_DIR:-.}}/slurm/lib.sh
+[[ -f $lib ]] || { echo "error: no dba3c checkout here: $lib is missing (set DBA3C_HOME)" >&2; exit 2; }
+# shellcheck source=slurm/lib.sh
+source "$lib"
 RUN_DIR=${DBA3C_RUN_DIR:-runs/${SLURM_JOB_NAME:-dba3c}-${SLURM_JOB_ID:-local}}
-
-if [[ -n ${DBA3C_MODULES:-} ]]; then
-    for m in $DBA3C_MODULES; do module load "$m" || { echo "error: module load $m failed" >&2; exit 1; }; done
-fi
-VENV=${DBA3C_VENV:-$PWD/.venv}
-if [[ -f $VENV/bin/activate ]]; then
-    # shellcheck disable=SC1091
-    source "$VENV/bin/activate"
-elif [[ -n ${DBA3C_VENV:-} ]]; then
-    echo "error: DBA3C_VENV=$DBA3C_VENV has no bin/activate" >&2
-    exit 2
-fi
 
 # shellcheck disable=SC2206
 OVERRIDES=(dist.workers=0 "run.dir=$RUN_DIR" ${DBA3C_OVERRIDES:-} "$@")
+if [[ -n ${DBA3C_OVERRIDES_FILE:-} ]]; then
+    [[ -f $DBA3C_OVERRIDES_FILE ]] || { echo "error: DBA3C_OVERRIDES_FILE=$DBA3C_OVERRIDES_FILE" \
+        "is not a file" >&2; exit 2; }
+    OVERRIDES=(--overrides "$DBA3C_OVERRIDES_FILE" "${OVERRIDES[@]}")
+fi
 for o in "${OVERRIDES[@]}"; do [[ $o == run.dir=* ]] && RUN_DIR=${o#run.dir=}; done
 NTASKS=${SLURM_NTASKS:-1}
 echo "dba3c: job ${SLURM_JOB_ID:-?} (restart ${SLURM_RESTART_COUNT:-0}) $NTASKS tasks," \

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import subprocess
 from dataclasses import dataclass
 
@@ -119,3 +120,32 @@ def executor_parameters(*, nodes: int, tasks_per_node: int, minutes: int,
             params[f"slurm_{name}"] = getattr(site, name)
     params["slurm_additional_parameters"] = {"requeue": True, **dict(site.additional)}
     return params
+
+
+def slurm_minutes(limit: str) -> int | None:
+    """Slurm's time-limit text (``squeue -o %l``: ``MM:SS``, ``H:MM:SS``, ``D-HH:MM:SS``,
+    ``UNLIMITED``) in whole minutes, rounded up; None when unlimited or unreadable."""
+    match = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", limit.strip())
+    if match is None:
+        return None
+    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return math.ceil(((days * 24 + hours) * 60 + minutes) + seconds / 60)
+
+
+def allocation_lines(world: int, tasks_per_node: int, minutes: int | None,
+                     target: float | None) -> list[str]:
+    """What a job of ``world`` ranks, ``tasks_per_node`` per node, asks for and the
+    node-hours its time limit can spend (``minutes`` None: no limit known); ``target``: the
+    score at which the run ends early (``eval.stop_at_target``), if it does."""
+    nodes = -(-world // tasks_per_node)
+    lines = [f"allocation: {nodes} node(s) x {tasks_per_node} task(s) = {world} tasks "
+             f"(ranks), every CPU of a node shared by its tasks"]
+    if minutes is None:
+        lines.append("time limit: none known, so no bound on the node-hours")
+    else:
+        lines.append(f"time limit: {minutes} min -> at most {nodes * minutes / 60:.1f} "
+                     f"node-hours")
+    if target is not None:
+        lines.append(f"the run ends earlier once a greedy evaluation reaches {target:g} "
+                     f"(eval.stop_at_target)")
+    return lines

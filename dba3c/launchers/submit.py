@@ -26,6 +26,7 @@ import time
 
 import submitit
 
+from dba3c.config import overrides_file
 from dba3c.distributed.roles import make_roles
 from dba3c.errors import UserError
 from dba3c.launchers.slurm_site import (
@@ -127,6 +128,8 @@ def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dba3c submit", description=__doc__.split("\n")[0])
     p.add_argument("config")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    p.add_argument("--overrides", action="append", default=[], dest="overrides_files",
+                   metavar="FILE", help="a YAML file of config sections applied first")
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--ps", type=int, default=None, help="parameter servers (dist.ps)")
     add_slurm_args(p, time_help="minutes (default: train.max_seconds plus "
@@ -143,7 +146,9 @@ def make_parser() -> argparse.ArgumentParser:
 
 def submit(args: argparse.Namespace) -> list:
     """Validate every combination's layout, then submit; returns the submitit jobs."""
-    base = list(args.overrides) + ([f"dist.ps={args.ps}"] if args.ps is not None else [])
+    from_files = [item for path in args.overrides_files for item in overrides_file(path)]
+    base = [*from_files, *args.overrides, *([f"dist.ps={args.ps}"] if args.ps is not None
+                                            else [])]
     site = site_from_args(args)
     world = args.nodes * args.tasks_per_node
     combos = grid_overrides(args.grid)

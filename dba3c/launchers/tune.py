@@ -1,6 +1,7 @@
 """``dba3c tune CONFIG``: the fastest one-process setting of this node, measured.
 
-    dba3c tune configs/breakout.yaml --seconds 300 --write configs/breakout-node.yaml
+    dba3c tune configs/breakout.yaml --seconds 300 --write node.yaml
+    dba3c train configs/breakout_64.yaml --overrides node.yaml     # any preset takes it
 
 Each trial is a fresh ``dba3c train`` process (evaluation and checkpoints off) whose
 steady-state data points/s :func:`dba3c.benchmarks.node.run_training` reads, for one setting
@@ -15,14 +16,16 @@ goes on where it stopped.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from dba3c.benchmarks.node import run_training
 from dba3c.benchmarks.record import machine_description
-from dba3c.config import Config, dump_yaml
+from dba3c.config import Config
+from dba3c.cpus import bound_cpus
 from dba3c.errors import UserError
 from dba3c.launchers.tuning import (
     STARTUP_S,
@@ -46,8 +49,9 @@ STATE_FORMAT = "dba3c-tune-state/1"
 
 
 def default_state_path(config: str) -> Path:
-    """``tune-<config stem>.json`` in the current directory."""
-    return Path(f"tune-{Path(config).stem}.json")
+    """``runs/tune/tune-<config stem>.json``: with the other outputs, not in the checkout's
+    tracked files."""
+    return Path("runs") / "tune" / f"tune-{Path(config).stem}.json"
 
 
 def state_identity(cfg: Config, num_cpus: int) -> dict:
@@ -88,6 +92,7 @@ def write_state(path: Path, config: str, overrides: list[str], identity: dict,
              "trials": [{"setting": dict(s), "data_points_per_s": rate}
                         for s, rate in trials.items()],
              "trial_seconds": trial_s}
+    path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, (json.dumps(state, indent=1) + "\n").encode())
 
 
@@ -142,15 +147,21 @@ def report(outcome: SearchOutcome) -> str:
     return "\n".join(rows) + "\n"
 
 
-def write_preset(path: Path, cfg: Config, outcome: SearchOutcome, command: str) -> None:
-    """The config with the best setting applied, as a preset YAML at ``path`` (a new file)."""
+def write_node_overrides(path: Path, outcome: SearchOutcome, command: str) -> None:
+    """The best setting's node-level keys (simulators, batch sizes, thread pools: nothing of
+    the layout) as an overrides file at ``path`` (a new file) that any preset takes
+    (``--overrides FILE``)."""
     assert outcome.best is not None and outcome.best_rate is not None
-    best = apply_overrides(cfg, setting_overrides(outcome.best), source=command)
+    sections: dict[str, dict[str, int]] = {}
+    for key, value in outcome.best:
+        section, name = key.split(".")
+        sections.setdefault(section, {})[name] = value
     header = (f"# {command}\n# best of {len(outcome.trials)} trials: "
-              f"{outcome.best_rate:.0f} data points/s on {machine_description()}\n")
+              f"{outcome.best_rate:.0f} data points/s on {machine_description()}\n"
+              f"# node settings only: dba3c train PRESET --overrides {path.name}\n")
     try:
         with open(path, "x", encoding="utf-8") as f:
-            f.write(header + dump_yaml(best))
+            f.write(header + yaml.safe_dump(sections, sort_keys=False))
     except FileExistsError:
         raise UserError(f"--write {path} exists; give a new file") from None
 
@@ -168,7 +179,7 @@ def tune_command(config: str, overrides: list[str], *, seconds: float,
     if write is not None and Path(write).exists():
         raise UserError(f"--write {write} exists; give a new file")
     cfg = load_config(config, overrides)
-    num_cpus = num_cpus or os.cpu_count() or 1
+    num_cpus = num_cpus or len(bound_cpus())
     state_path = Path(state) if state else default_state_path(config)
     identity = state_identity(cfg, num_cpus)
     known = read_state(state_path, identity)
@@ -212,6 +223,6 @@ def tune_command(config: str, overrides: list[str], *, seconds: float,
               file=sys.stderr)
         return 1
     if write is not None:
-        write_preset(Path(write), cfg, outcome, " ".join(["dba3c tune", config, *overrides]))
+        write_node_overrides(Path(write), outcome, " ".join(["dba3c tune", config, *overrides]))
         print(f"wrote {write}")
     return 0

@@ -20,8 +20,9 @@ import sys
 
 import pytest
 
-from dba3c.benchmarks.emulated import cluster, emulation_problem, run_script
+from dba3c.benchmarks.emulated import cluster, run_script
 from tests.support import ROOT, read_jsonl
+from tests.support.cluster import running_cluster
 from tests.support.slurm import check_usr2_requeue_resumes_without_gap, sbatch, wait_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -35,17 +36,8 @@ WIRE_PER_PAYLOAD = (1448 + 14 + 20 + 32) / 1448
 @pytest.fixture(scope="module")
 def emulated():
     """A running 3-node emulated cluster (10gbit links) for this module; stopped afterwards."""
-    problem = emulation_problem()
-    if problem:
-        pytest.skip(f"no emulated cluster here: {problem}")
-    start = run_script("start", "--nodes", str(NODES), "--link", "10gbit")
-    if start.returncode == 2:
-        pytest.skip(f"cannot start an emulated cluster here: {start.stderr.strip()[-300:]}")
-    assert start.returncode == 0, start.stderr[-3000:]
-    try:
+    with running_cluster("--nodes", str(NODES), "--link", "10gbit"):
         yield
-    finally:
-        run_script("stop")
 
 
 def qdisc_sent(dev: str, netns: str | None = None) -> int:

@@ -12,8 +12,8 @@ import re
 
 import pytest
 
-from dba3c.benchmarks.emulated import emulation_problem, run_script
 from tests.support import ROOT, read_jsonl
+from tests.support.cluster import running_cluster
 from tests.support.slurm import sbatch, wait_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -27,19 +27,10 @@ TINY = ["dist.ps=1", "eval.rank=false", "eval.every=0", "debug.synthetic_data=tr
 @pytest.fixture(scope="module")
 def binding():
     """A 2-node emulated cluster whose slurmds bind tasks to their CPUs."""
-    problem = emulation_problem()
-    if problem:
-        pytest.skip(f"no emulated cluster here: {problem}")
     if NODE_CPUS < 2:
         pytest.skip("binding to a node's CPUs needs a host with 2 or more")
-    start = run_script("start", "--nodes", "2", "--affinity")
-    if start.returncode == 2:
-        pytest.skip(f"cannot start an emulated cluster here: {start.stderr.strip()[-300:]}")
-    assert start.returncode == 0, start.stderr[-3000:]
-    try:
+    with running_cluster("--nodes", "2", "--affinity"):
         yield
-    finally:
-        run_script("stop")
 
 
 def run_job(tmp_path, *sbatch_args: str, env: dict[str, str] | None = None) -> str:
@@ -65,6 +56,9 @@ def test_ranks_get_every_cpu_of_their_node_even_under_exact(binding, tmp_path):
     # SLURM_EXACT=1 (srun --exact, a default at some sites) would give a step's task one CPU
     log = run_job(tmp_path, "-N2", "-n2", "--exclusive", env={"SLURM_EXACT": "1"})
     assert f"srun --cpus-per-task={NODE_CPUS}" in log
+    # the job's own allocation and time limit (#SBATCH --time=02:00:00) at start
+    assert "dba3c: allocation: 2 node(s) x 1 task(s) = 2 tasks" in log
+    assert "dba3c: time limit: 120 min -> at most 4.0 node-hours" in log
     ranks = bound(log)
     assert ranks == {0: (NODE_CPUS, "node1"), 1: (NODE_CPUS, "node2")}, log[-3000:]
     assert "warning:" not in log
@@ -107,3 +101,25 @@ def test_a_job_submitted_from_elsewhere_runs_in_its_checkout(binding, tmp_path):
     log = (tmp_path / f"{job}.out").read_text()
     assert info["JobState"] == "COMPLETED", log[-3000:]
     assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")][-1] == 5
+
+
+def test_a_node_tuned_by_slurm_tune_feeds_the_cluster_job(binding, tmp_path):
+    # slurm/tune.sh on one compute node writes node settings only; breakout_64.sh takes them
+    # through DBA3C_OVERRIDES_FILE and keeps its own layout
+    import yaml
+
+    node = tmp_path / "node.yaml"
+    job = sbatch(f"--export=ALL,DBA3C_CONFIG=configs/cartpole.yaml,DBA3C_TUNE_SECONDS=26,"
+                 f"DBA3C_TUNE_OUT={node}", "-o", tmp_path / "%j.out", "slurm/tune.sh",
+                 "--trial-seconds", "5", "--state", tmp_path / "state.json")
+    info = wait_job(job, tmp_path / f"{job}.out", timeout=240)
+    log = (tmp_path / f"{job}.out").read_text()
+    assert info["JobState"] == "COMPLETED", log[-3000:]
+    tuned = yaml.safe_load(node.read_text())
+    assert set(tuned) == {"env", "train"}
+    assert set(tuned["env"]) == {"num_envs", "batch_size"}
+    log = run_job(tmp_path, "-N2", "-n2", env={"DBA3C_OVERRIDES_FILE": str(node)})
+    config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert config["env"]["num_envs"] == tuned["env"]["num_envs"]
+    assert config["train"]["inter_op_threads"] == tuned["train"]["inter_op_threads"]
+    assert config["dist"]["ps"] == 1  # the job's layout, not the tuned preset's

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 
+import numpy as np
 import pytest
 
 from dba3c.analysis import plots
@@ -43,7 +44,7 @@ def test_tiny_local_sweep_writes_csv_and_plots(tmp_path):
     assert (out / "throughput_vs_ps.png").stat().st_size > 0
     figure = plots.scaling_figures(SweepDir(sweep).read_rows())["throughput_vs_ps"]
     lines = figure.axes[0].get_lines()
-    assert len(lines) == 1 and list(lines[0].get_xdata()) == [1, 2]
+    assert len(lines) == 1 and np.asarray(lines[0].get_xdata()).tolist() == [1, 2]
     # a second invocation keeps finished points instead of re-running them
     before = (sweep / "sweep.csv").read_text()
     again = dba3c(*args, timeout=120)

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from dba3c.config import overrides_file
 from dba3c.launchers.tuning import (
     TUNED_KEYS,
 )
@@ -43,7 +44,7 @@ def test_real_short_tune_on_cartpole(tmp_path):
     overrides = " ".join(f"{k}={best['setting'][k]}" for k in TUNED_KEYS)
     assert f"overrides: {overrides}" in proc.stdout
     assert f"best: {best['data_points_per_s']:.0f} data points/s" in proc.stdout
-    cfg = load_config(str(preset))
+    cfg = load_config("configs/cartpole.yaml", overrides_file(str(preset)))
     assert [cfg.env.num_envs, cfg.env.batch_size, cfg.train.intra_op_threads,
             cfg.train.inter_op_threads] == [best["setting"][k] for k in TUNED_KEYS]
     assert "tune: trial 1:" in proc.stderr and "s left" in proc.stderr

@@ -14,6 +14,7 @@ from dba3c.config import (
     all_keys,
     describe_keys,
     dump_yaml,
+    overrides_file,
     parse_overrides,
 )
 from dba3c.errors import UserError
@@ -39,12 +40,16 @@ def test_defaults_are_the_papers_values():
     assert cfg.eval.greedy is True
 
 
+PYTHON_TYPES: dict[str, type | tuple[type, ...]] = {
+    "int": int, "float": (int, float), "bool": bool, "str": str}
+
+
 def test_default_config_validates_and_types_match_annotations():
     cfg = validate(Config())
     for section in cfg.to_dict():
         for f in dataclasses.fields(getattr(cfg, section)):
             value = getattr(getattr(cfg, section), f.name)
-            expected = {"int": int, "float": (int, float), "bool": bool, "str": str}[f.type]
+            expected = PYTHON_TYPES[str(f.type)]  # the annotations are strings
             assert isinstance(value, expected), f"{section}.{f.name}"
 
 
@@ -67,9 +72,9 @@ def test_reached_max_steps_is_never_true_without_a_step_limit():
 def test_config_is_frozen():
     cfg = Config()
     with pytest.raises(dataclasses.FrozenInstanceError):
-        cfg.train.lr = 0.5
+        cfg.train.lr = 0.5  # type: ignore[misc]  # frozen: the assignment must raise
     with pytest.raises(dataclasses.FrozenInstanceError):
-        cfg.train = None
+        cfg.train = None  # type: ignore[misc, assignment]  # frozen: must raise
     assert cfg.train.lr == 1e-3
 
 
@@ -210,7 +215,7 @@ def test_range_bounds_open_and_closed(key, value, ok):
 
 def test_not_a_mapping_is_refused():
     with pytest.raises(UserError, match="mapping"):
-        from_dict(["train"])
+        from_dict(["train"])  # type: ignore[arg-type]  # not a mapping: refused
     with pytest.raises(UserError, match="section 'train'.*mapping"):
         from_dict({"train": 3})
 
@@ -244,3 +249,19 @@ def test_poll_caps_and_the_collective_algorithm_are_reported_together():
                             "dist.collective_algorithm='ring' must be one of recursive, mpi")
     dist = from_dict({"dist": {**COLLECTIVE, "collective_poll_us": 500}}).dist
     assert dist.collective_poll_us == 500 and dist.collective_poll_s == pytest.approx(5e-4)
+
+
+def test_an_overrides_file_becomes_key_value_items_in_its_order(tmp_path):
+    node = tmp_path / "node.yaml"
+    node.write_text("env:\n  num_envs: 16\n  id: pong\ntrain:\n  lr: 0.0005\n"
+                    "eval:\n  greedy: false\n")
+    assert overrides_file(str(node)) == ["env.num_envs=16", 'env.id="pong"',
+                                         "train.lr=0.0005", "eval.greedy=false"]
+    cfg = from_dict(parse_overrides(overrides_file(str(node))))  # the values come back typed
+    assert (cfg.env.num_envs, cfg.env.id, cfg.train.lr, cfg.eval.greedy) == (16, "pong",
+                                                                               5e-4, False)
+    (tmp_path / "list.yaml").write_text("- env.num_envs=16\n")
+    with pytest.raises(UserError, match="must be a mapping of sections"):
+        overrides_file(str(tmp_path / "list.yaml"))
+    with pytest.raises(UserError, match="not found"):
+        overrides_file(str(tmp_path / "missing.yaml"))

@@ -10,9 +10,11 @@ from dba3c.launchers.slurm_site import (
     UNTIMED_MIN,
     SlurmSite,
     add_slurm_args,
+    allocation_lines,
     executor_parameters,
     nodes_for,
     site_from_args,
+    slurm_minutes,
     smallest_node_cpus,
     time_limit_minutes,
 )
@@ -79,3 +81,23 @@ def test_the_job_and_its_srun_get_the_cpus_the_plugin_and_the_site():
                                 site=SlurmSite(), mpi_plugin="pmi2", signal_delay=60)
     assert "cpus_per_task" not in plain
     assert plain["slurm_srun_args"] == ["--mpi=pmi2", "--kill-on-bad-exit=1"]
+
+
+@pytest.mark.parametrize(("text", "minutes"), [("2:00:00", 120), ("30:00", 30),
+                                                ("1-00:00:00", 1440), ("0:30", 1),
+                                                ("10:00:01", 601), ("UNLIMITED", None),
+                                                ("", None)])
+def test_slurm_time_limits_are_read_in_whole_minutes(text, minutes):
+    assert slurm_minutes(text) == minutes
+
+
+def test_the_allocation_names_nodes_tasks_and_the_node_hours_it_can_spend():
+    # the paper's layout: 69 ranks, one per node, 2 hours + 10 minutes
+    assert allocation_lines(69, 1, 130, 300.0) == [
+        "allocation: 69 node(s) x 1 task(s) = 69 tasks (ranks), every CPU of a node shared "
+        "by its tasks",
+        "time limit: 130 min -> at most 149.5 node-hours",
+        "the run ends earlier once a greedy evaluation reaches 300 (eval.stop_at_target)"]
+    six = allocation_lines(6, 6, None, None)
+    assert six[0].startswith("allocation: 1 node(s) x 6 task(s) = 6 tasks")
+    assert six[1:] == ["time limit: none known, so no bound on the node-hours"]

@@ -4,9 +4,12 @@ state file, Ctrl-C, no successful trial."""
 from __future__ import annotations
 
 import json
+from typing import TypedDict
 
 import pytest
+import yaml
 
+from dba3c.config import overrides_file
 from dba3c.errors import UserError
 from dba3c.launchers.tune import tune_command
 from dba3c.launchers.tuning import (
@@ -17,6 +20,15 @@ from dba3c.launchers.tuning import (
 from dba3c.preset import load_config
 
 
+class TuneArgs(TypedDict):
+    """tune_command's keyword arguments the calls of a test share, passed as ``**args``."""
+
+    seconds: float
+    trial_seconds: float | None
+    state: str | None
+    num_cpus: int | None
+
+
 def fake_measure(setting: Setting, trial_s: float) -> float:
     s = dict(setting)
     return 1000.0 + s["env.num_envs"] + 10 * s["env.batch_size"] + s["train.inter_op_threads"]
@@ -25,7 +37,7 @@ def fake_measure(setting: Setting, trial_s: float) -> float:
 def test_tune_command_uses_the_config_validator_and_keeps_state(tmp_path, capsys):
     state = tmp_path / "state.json"
     preset = tmp_path / "best.yaml"
-    args = dict(seconds=60.0, trial_seconds=1.0, state=str(state), num_cpus=2)
+    args = TuneArgs(seconds=60.0, trial_seconds=1.0, state=str(state), num_cpus=2)
     base = ["env.num_envs=6", "env.batch_size=0"]
     code = tune_command("configs/breakout.yaml", base, write=str(preset),
                         measure=fake_measure, **args)
@@ -41,10 +53,16 @@ def test_tune_command_uses_the_config_validator_and_keeps_state(tmp_path, capsys
     assert "skipped 3 setting(s) the config validator refuses" in out  # 3, 4, 6 envs < 12
     assert len([line for line in out.splitlines() if line[:5].strip().isdigit()]) == \
         len(settings)
-    cfg = load_config(str(preset))
+    # only the node's keys, none of the layout: any preset takes the file
+    written = yaml.safe_load(preset.read_text())
+    assert written == {"env": {"num_envs": best["env.num_envs"],
+                               "batch_size": best["env.batch_size"]},
+                       "train": {"intra_op_threads": best["train.intra_op_threads"],
+                                 "inter_op_threads": best["train.inter_op_threads"]}}
+    cfg = load_config("configs/breakout_64.yaml", overrides_file(str(preset)))
     assert (cfg.env.num_envs, cfg.env.batch_size, cfg.train.intra_op_threads,
             cfg.train.inter_op_threads) == tuple(best[k] for k in TUNED_KEYS)
-    assert cfg.env.id == "breakout"
+    assert (cfg.dist.ps, cfg.dist.workers, cfg.eval.rank) == (4, 64, True)
 
     def no_measure(setting: Setting, trial_s: float) -> float:
         raise AssertionError(f"{setting} measured again")
@@ -61,7 +79,7 @@ def test_tune_command_uses_the_config_validator_and_keeps_state(tmp_path, capsys
 
 
 def test_tune_command_ctrl_c_prints_the_best_so_far(tmp_path, capsys):
-    calls = []
+    calls: list[Setting] = []
 
     def measure(setting: Setting, trial_s: float) -> float:
         if len(calls) == 3:
