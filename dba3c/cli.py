@@ -142,6 +142,18 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--state", default=None, metavar="FILE",
                    help="trials so far, for resuming (default runs/tune/tune-<config stem>.json)")
 
+    p = sub.add_parser("doctor", help="preflight: every rank's CPUs, MPI, PMI, TensorFlow, "
+                       "game and disk, and the latency and bandwidth between the ranks "
+                       "(alone, under mpiexec/srun, or sbatch slurm/doctor.sh)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
+    p.add_argument("--config", default="configs/breakout_64.yaml",
+                   help="YAML preset whose game, thread pools and run directory are checked "
+                   "(default configs/breakout_64.yaml)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="a rank silent this long ends the job non-zero, named (default 60)")
+    p.add_argument("--json", default=None, metavar="FILE",
+                   help="rank 0 also writes the rows and pairs as JSON")
+
     sub.add_parser("submit", help="submit to Slurm with submitit (see `dba3c submit --help`)")
 
     p = sub.add_parser("plot", help="learning curves and scaling figures (PNG + CSV)")
@@ -387,10 +399,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
                         trial_seconds=args.trial_seconds, write=args.write, state=args.state)
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """``dba3c doctor``: check every rank and the links between them; one table, exit 0, or
+    exit 1 with one ``error:`` line naming the first problem."""
+    from dba3c.launchers.doctor import doctor
+    from dba3c.launchers.mpienv import world_size_hint
+
+    return doctor(args.config, args.overrides, args.timeout, world_size_hint(), args.json)
+
+
 COMMANDS = {"train": cmd_train, "describe": cmd_describe, "keys": cmd_keys,
             "evaluate": cmd_evaluate,
             "launch": cmd_launch, "plot": cmd_plot, "sweep": cmd_sweep,
-            "bench": cmd_bench, "tune": cmd_tune}
+            "bench": cmd_bench, "tune": cmd_tune, "doctor": cmd_doctor}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,221 @@
+"""dba3c.launchers.doctor: the verdict and the table on hand-made reports, what the
+environment says about PMI, and the ranks' exchange over an in-process world."""
+
+import dataclasses
+import threading
+
+import pytest
+
+from dba3c.distributed.transport import InProcessTransport
+from dba3c.launchers.doctor import (
+    Outcome,
+    PairResult,
+    RankReport,
+    decode_report,
+    disk_free,
+    encode_report,
+    mpi_name,
+    pmi_in_use,
+    run_ranks,
+    table,
+    verdict,
+)
+
+MB = 1e6
+
+
+def row(rank: int, host: str | None = None, cpus: int = 12, node_cpus: int = 12,
+        rom_error: str | None = None) -> RankReport:
+    return RankReport(rank=rank, host=host or f"node{rank + 1}", cpus=tuple(range(cpus)),
+                      node_cpus=node_cpus, mpi="MPICH Version: 4.3.0", pmi="srun --mpi=pmi2",
+                      pmi_vars=("SLURM_MPI_TYPE", "PMI_FD", "PMI_RANK", "PMI_SIZE"),
+                      tensorflow="2.21.0", onednn=True, threads=(10, cpus, cpus),
+                      rom="breakout", rom_atari=True, rom_error=rom_error,
+                      disk_path="/scratch", disk_free=500 * 10**9)
+
+
+def pair(b: int, mb_per_s: float, latency_ms: float = 0.05) -> PairResult:
+    return PairResult(0, b, latency_ms / 1e3, mb_per_s * MB)
+
+
+ROWS = [row(r) for r in range(4)]
+PAIRS = [pair(1, 1180), pair(2, 1175), pair(3, 1190)]
+
+
+def test_all_good_is_no_problem():
+    assert verdict(ROWS, PAIRS, world_size=4) is None
+    assert verdict(ROWS[:1], [], world_size=1) is None
+
+
+def test_a_rank_bound_to_one_cpu_of_many_is_named():
+    rows = [*ROWS[:2], row(2, cpus=1), ROWS[3]]
+    problem = verdict(rows, PAIRS, world_size=4)
+    assert problem is not None
+    assert problem.startswith("rank 2 on node3 is bound to 1 of the node's 12 CPUs")
+    assert "--cpus-per-task=12" in problem
+
+
+def test_one_cpu_each_is_fine_when_the_ranks_share_a_node_fairly():
+    """Twelve ranks on a 12-CPU node, one CPU each: their share (binding_warning's rule)."""
+    rows = [row(r, host="node1", cpus=1) for r in range(12)]
+    assert verdict(rows, [], world_size=12) is None
+    assert verdict([row(0, cpus=1, node_cpus=1)], [], world_size=1) is None
+
+
+def test_a_game_that_does_not_open_is_named():
+    rows = [*ROWS[:3], row(3, rom_error="RuntimeError: ROM not found")]
+    problem = verdict(rows, PAIRS, world_size=4)
+    assert problem is not None
+    assert problem.startswith("rank 3 on node4 cannot open the game breakout: RuntimeError: "
+                              "ROM not found")
+
+
+def test_a_slow_pair_is_named_against_the_median():
+    # median of 1180, 1175, 1190, 400 is (1175 + 1180) / 2 = 1177.5; half of it is 588.75
+    rows = [*ROWS, row(4)]
+    pairs = [*PAIRS, pair(4, 400)]
+    problem = verdict(rows, pairs, world_size=5)
+    assert problem == ("rank 0 <-> rank 4 (node1 <-> node5) moves 400.0 MB/s, below 0.5 x the "
+                       "median of the 4 pairs between hosts (1177.5 MB/s): check node5's link")
+    # 600 MB/s is above half the median (median (1175 + 1180) / 2 again): fine
+    assert verdict(rows, [*PAIRS, pair(4, 600)], world_size=5) is None
+
+
+def test_the_slowest_of_several_slow_pairs_is_named():
+    # median of 1000, 1000, 300, 200, 1000 is 1000
+    rows = [row(r) for r in range(6)]
+    pairs = [pair(1, 1000), pair(2, 1000), pair(3, 300), pair(4, 200), pair(5, 1000)]
+    problem = verdict(rows, pairs, world_size=6)
+    assert problem is not None and problem.startswith("rank 0 <-> rank 4 (node1 <-> node5)")
+    assert "(1000.0 MB/s)" in problem
+
+
+def test_pairs_on_one_host_are_not_judged():
+    rows = [row(r, host="vm", cpus=2, node_cpus=2) for r in range(3)]
+    assert verdict(rows, [pair(1, 10000), pair(2, 3000)], world_size=3) is None
+    text = table(rows, [pair(1, 10000), pair(2, 3000)])
+    assert text.count("one host (memory, not judged)") == 2 and "slowest" not in text
+
+
+def test_silent_ranks_and_silent_pairs_are_named():
+    problem = verdict(ROWS[:2], [], world_size=4, timeout_s=30)
+    assert problem is not None
+    assert problem.startswith("rank(s) 2, 3 sent no report within 30 s")
+    silent = PairResult(0, 2, 0.0, 0.0, "rank 2 stopped answering")
+    assert verdict(ROWS, [PAIRS[0], silent], world_size=4) == ("rank 0 <-> rank 2 (node1 <-> "
+                                                               "node3): rank 2 stopped answering")
+
+
+def test_the_first_problem_wins():
+    rows = [row(0), row(1, rom_error="no ROM"), row(2, cpus=1), row(3)]
+    pairs = [pair(1, 1000), pair(2, 1000), pair(3, 10)]
+    problem = verdict(rows, pairs, world_size=4)
+    assert problem is not None and problem.startswith("rank 1 on node2 cannot open")
+    # within a rank the CPU binding comes before the game
+    rows = [row(0), row(1, cpus=1, rom_error="no ROM"), row(2), row(3)]
+    problem = verdict(rows, pairs, world_size=4)
+    assert problem is not None and problem.startswith("rank 1 on node2 is bound to 1")
+    # silent ranks before anything else
+    problem = verdict(rows[:3], pairs, world_size=4)
+    assert problem is not None and problem.startswith("rank(s) 3 sent no report")
+    # a rank's problem before a slow pair
+    rows = [row(0), row(1), row(2), row(3, rom_error="no ROM")]
+    problem = verdict(rows, pairs, world_size=4)
+    assert problem is not None and problem.startswith("rank 3 on node4 cannot open")
+
+
+def test_the_table_has_a_row_per_rank_then_the_pairs():
+    rows = [*ROWS, row(4)]
+    pairs = [*PAIRS, pair(4, 400.04, latency_ms=0.125)]
+    lines = table(rows, pairs).splitlines()
+    assert lines[0].split()[:3] == ["rank", "host", "cpus"]
+    assert [line.split()[:2] for line in lines[1:6]] == [[str(r), f"node{r + 1}"]
+                                                         for r in range(5)]
+    assert "12/12 (0-11)" in lines[1] and "srun --mpi=pmi2 [SLURM_MPI_TYPE PMI_FD" in lines[1]
+    assert "breakout ok" in lines[1] and "500.0 GB (/scratch)" in lines[1]
+    assert "10/12/12" in lines[1] and " on " in lines[1]
+    assert lines[6] == "" and lines[7].split()[:2] == ["pair", "hosts"]
+    assert lines[8].split()[:4] == ["0", "<->", "1", "node1"]
+    assert lines[11].split() == ["0", "<->", "4", "node1", "<->", "node5", "0.125", "ms",
+                                 "400.0", "MB/s", "slowest"]
+    assert table(ROWS[:1], []).count("\n") == 2  # alone: the header and one row
+
+
+def test_pmi_is_named_from_the_variables_seen():
+    assert pmi_in_use({}) == ("none", ())
+    assert pmi_in_use({"PMI_FD": "5", "PMI_RANK": "0", "PMI_SIZE": "3", "HOME": "/"}) == (
+        "PMI", ("PMI_FD", "PMI_RANK", "PMI_SIZE"))
+    assert pmi_in_use({"SLURM_MPI_TYPE": "pmi2", "PMI_FD": "5"}) == (
+        "srun --mpi=pmi2", ("SLURM_MPI_TYPE", "PMI_FD"))
+    assert pmi_in_use({"PMIX_RANK": "1", "PMIX_NAMESPACE": "x", "OMPI_COMM_WORLD_RANK": "1"}
+                      )[0] == "PMIx"
+    assert pmi_in_use({"OMPI_COMM_WORLD_RANK": "1"})[0] == "Open MPI"
+
+
+def test_mpi_library_names_are_short():
+    assert mpi_name("MPICH Version:      5.0.2\nMPICH Release date: x\n") == ("MPICH Version: "
+                                                                             "5.0.2")
+    assert mpi_name("Open MPI v4.1.6, package: Debian OpenMPI, ident: 4.1.6\n") == ("Open MPI "
+                                                                                   "v4.1.6")
+    assert mpi_name("") == ""
+
+
+def test_disk_free_is_measured_at_the_nearest_existing_parent(tmp_path):
+    path, free = disk_free(str(tmp_path / "runs" / "not" / "yet"))
+    assert path == str(tmp_path) and free > 0
+
+
+def test_a_report_survives_its_buffer():
+    assert decode_report(encode_report(ROWS[2])) == ROWS[2]
+    assert dataclasses.asdict(decode_report(encode_report(row(0, rom_error="x"))))[
+        "rom_error"] == "x"
+
+
+def _world(size: int, silent: set[int] | None = None, timeout_s: float = 5.0):
+    """Run run_ranks on a world of threads; ranks in ``silent`` never start."""
+    world = InProcessTransport.create_world(size)
+    outcomes: dict[int, Outcome | RuntimeError] = {}
+    lines: list[str] = []
+
+    def play(r: int) -> None:
+        try:
+            outcomes[r] = run_ranks(world[r], lambda: row(r), timeout_s, lines.append)
+        except RuntimeError as e:  # an aborted in-process world
+            outcomes[r] = e
+
+    threads = [threading.Thread(target=play, args=(r,), daemon=True)
+               for r in range(size) if r not in (silent or set())]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    return outcomes, lines
+
+
+def _done(outcome: Outcome | RuntimeError) -> Outcome:
+    assert isinstance(outcome, Outcome), outcome
+    return outcome
+
+
+def test_the_ranks_exchange_reports_and_measure_every_pair_with_rank_0():
+    outcomes, lines = _world(3)
+    zero = _done(outcomes[0])
+    assert zero.code == 0 and zero.problem is None
+    assert [r.rank for r in zero.rows] == [0, 1, 2]
+    assert [(p.a, p.b) for p in zero.pairs] == [(0, 1), (0, 2)]
+    assert all(p.bytes_per_s > 0 and p.latency_s > 0 for p in zero.pairs)
+    assert [_done(outcomes[r]).code for r in (1, 2)] == [0, 0]
+    assert len(lines) == 3 and lines[1].startswith("doctor: reports from 3 of 3 rank(s)")
+
+
+def test_a_rank_that_never_answers_ends_the_world_named(capsys):
+    outcomes, _ = _world(3, silent={2}, timeout_s=0.5)
+    assert isinstance(outcomes[0], RuntimeError) and "aborted" in str(outcomes[0])
+    err = capsys.readouterr().err
+    assert "error: rank(s) 2 sent no report within 0.5 s" in err
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_small_worlds_need_no_pairs_or_one(size):
+    outcomes, _ = _world(size)
+    assert len(_done(outcomes[0]).pairs) == size - 1
