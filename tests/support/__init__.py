@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from dba3c.config import Config
+from dba3c.learning.params import ParamLayout
 from dba3c.preset import from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,6 +61,9 @@ def assert_close(a: np.ndarray, b: np.ndarray, tol: float = 1e-6) -> None:
 
 # seeded random batches instead of simulators, no evaluation, quiet, a metrics line a step
 SYNTH = ["debug.synthetic_data=true", "eval.every=0", "run.progress=none", "run.log_every=1"]
+
+
+NO_PARAMS = ParamLayout((), ())  # the layout of a Chief that saves no checkpoint
 
 
 def cfg_with(**sections) -> Config:

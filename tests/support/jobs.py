@@ -67,6 +67,7 @@ class Job:
             thread.start()
 
     def _read(self) -> None:
+        assert self.proc.stdout is not None  # a pipe
         for line in self.proc.stdout:
             self.lines.append((time.monotonic(), line.rstrip("\n")))
 

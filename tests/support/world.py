@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -18,6 +18,10 @@ from dba3c.distributed.wire import ReportMsg, Tag
 from dba3c.learning.rules import OptimizerState
 from dba3c.preset import from_dict
 from dba3c.training.report import WorkerReport
+
+if TYPE_CHECKING:
+    from dba3c.core import Collectives, Request
+    from dba3c.training.chief import Chief
 
 N = 11  # parameters: odd so shards differ in size
 
@@ -41,6 +45,10 @@ class FakeChief:
 
     def on_eval(self, step, scores):
         raise AssertionError("no evaluator in these tests")
+
+    def as_chief(self) -> Chief:
+        """This fake where a ChiefLink takes a Chief: it has the methods the link calls."""
+        return cast("Chief", self)
 
 
 def send_final_report(t, rank: int) -> None:
@@ -69,10 +77,10 @@ def run_world(cfg, worker_fn, theta0, evaluator_fn=None):
     roles = make_roles(1 + cfg.dist.ps + cfg.dist.workers + int(cfg.eval.rank), cfg)
     transports = InProcessTransport.create_world(roles.world_size)
     chief = FakeChief()
-    link = ChiefLink(transports[0], roles, cfg, chief, N)
+    link = ChiefLink(transports[0], roles, cfg, chief.as_chief(), N)
     link.send_init(0, theta0.copy(), OptimizerState.zeros(N))
     received: dict[int, list] = {w: [] for w in roles.workers}
-    errors = []
+    errors: list[BaseException] = []
 
     def guard(fn, *args):
         try:
@@ -90,12 +98,18 @@ def run_world(cfg, worker_fn, theta0, evaluator_fn=None):
                for p in roles.ps]
     threads += [threading.Thread(target=guard, args=(worker, w)) for w in roles.workers]
     if evaluator_fn is not None:
+        assert roles.evaluator is not None
         threads.append(threading.Thread(target=guard, args=(
             evaluator_fn, transports[roles.evaluator], roles)))
     for t in threads:
         t.start()
     deadline = time.monotonic() + 30
-    wait_until(lambda: link.poll() or link.finished or errors or time.monotonic() > deadline)
+
+    def ended() -> bool:
+        link.poll()
+        return link.finished or bool(errors) or time.monotonic() > deadline
+
+    wait_until(ended)
     for t in threads:
         t.join(timeout=10)
     assert not errors, errors
@@ -116,7 +130,25 @@ def train_loop(delay_for=None):
     return loop
 
 
-class PostedReceives:
+class FakeTransport:
+    """A Transport whose members fail when used: a fake overrides the ones its test needs."""
+
+    rank, size = 0, 1
+
+    def isend(self, buf: np.ndarray, dest: int, tag: int) -> Request:
+        raise AssertionError("this fake transport does not send")
+
+    def irecv(self, buf: np.ndarray, source: int, tag: int) -> Request:
+        raise AssertionError("this fake transport does not receive")
+
+    def abort(self, code: int) -> None:
+        raise AssertionError(f"aborted with exit code {code}")
+
+    def split(self, member: bool) -> Collectives | None:
+        raise AssertionError("this fake transport has no collectives")
+
+
+class PostedReceives(FakeTransport):
     """Receives matched to arriving messages in the order they were posted (MPI's rule);
     each completes when the test says so."""
 

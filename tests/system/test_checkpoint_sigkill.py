@@ -58,6 +58,7 @@ def test_sigkill_at_any_moment_of_saving_leaves_a_loadable_checkpoint(tmp_path, 
     for i in range(16):
         child = subprocess.Popen([sys.executable, "-c", SAVER, str(directory), str(n)],
                                  cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None
         try:
             first = child.stdout.readline().split()
             assert first[0] == "ready"
@@ -92,6 +93,7 @@ def test_sigkill_at_any_moment_of_saving_leaves_a_loadable_checkpoint(tmp_path, 
     assert killed_mid_write >= 3, "too few kills landed inside a write: the test proved little"
     # the next successful save clears the temporary files the kills left behind
     latest = checkpoint.load_latest(directory)
+    assert latest is not None
     checkpoint.save(directory, checkpoint.Checkpoint(
         latest.step + 1, np.zeros(3, np.float32), np.zeros(3, np.float32),
         np.zeros(3, np.float32), 0, {}), keep=2)

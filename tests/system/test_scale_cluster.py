@@ -97,7 +97,7 @@ def test_an_interrupt_ends_the_running_point_and_keeps_the_points_so_far(tmp_pat
     from dba3c.benchmarks.scale import cluster as scale
     from dba3c.cli import main
 
-    trees = []
+    trees: list[proctree.ProcessTree | str | None] = []  # per point a tree or None; "stopped"
 
     def measured(config, overrides, plans, *, compute_ms, mpiexec_args, host_bytes_per_s,
                  point_timeout, interrupt, done):
@@ -148,5 +148,7 @@ def test_an_interrupt_ends_the_running_point_and_keeps_the_points_so_far(tmp_pat
     assert "Traceback" not in err and not log_dir.exists()
     assert [(p["workers"], p["ps"]) for p in json.loads(partial.read_text())["points"]] == [
         (1, 1), (1, 4)]
-    assert trees[-1] == "stopped" and not trees[2].pids()  # the cluster stopped, tree ended
+    tree = trees[2]
+    assert isinstance(tree, proctree.ProcessTree)
+    assert trees[-1] == "stopped" and not tree.pids()  # the cluster stopped, tree ended
     assert signal.getsignal(signal.SIGTERM) is before

@@ -3,6 +3,7 @@
 import csv
 import json
 
+import numpy as np
 import pytest
 import yaml
 
@@ -119,11 +120,12 @@ def test_learning_curves(tmp_path):
     assert "[points/episode]" in evals.axes[0].get_ylabel()
     styles = [line.get_linestyle() for line in evals.axes[0].get_lines()]
     assert styles == ["-", "--", "-", "--"]
-    assert list(evals.axes[0].get_lines()[1].get_ydata()) == [10.0, 20.0]  # max
-    assert list(evals.axes[0].get_lines()[0].get_xdata()) == [1.0, 3.0]  # minutes
+    assert np.asarray(evals.axes[0].get_lines()[1].get_ydata()).tolist() == [10.0, 20.0]  # max
+    assert np.asarray(evals.axes[0].get_lines()[0].get_xdata()).tolist() == [1.0, 3.0]  # min
 
     assert "[updates]" in figures["eval_vs_step"].axes[0].get_xlabel()
-    assert list(figures["eval_vs_step"].axes[0].get_lines()[0].get_xdata()) == [10, 30]
+    assert np.asarray(figures["eval_vs_step"].axes[0].get_lines()[0].get_xdata()).tolist() == [
+        10, 30]
 
     online = lines_by_label(figures["online_score"])
     assert list(online) == ["a", "b"]
@@ -210,6 +212,7 @@ def test_sync_vs_async(tmp_path):
     assert plots.sync_vs_async([sync]) is None
     other = plots.load_run(make_run(tmp_path, "x", mode="async", scores=(0.5, 1.0, 1.5)))
     figure = plots.sync_vs_async([sync, other])
+    assert figure is not None
     assert legend_labels(figure) == ["sync", "async"]
     assert "[min]" in figure.axes[0].get_xlabel()
     assert list(lines_by_label(figure)["async"].get_ydata()) == [0.5, 1.0, 1.5]

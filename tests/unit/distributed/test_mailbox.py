@@ -16,10 +16,10 @@ from dba3c.distributed.wire import (
     Tag,
     framed_size,
 )
-from tests.support.world import PostedReceives
+from tests.support.world import FakeTransport, PostedReceives
 
 
-class ManualSends:
+class ManualSends(FakeTransport):
     """A transport whose sends complete only when the test says so."""
 
     def __init__(self):
@@ -34,6 +34,13 @@ class ManualSends:
             def test(self) -> bool:
                 return index < transport.completed
         return Request()
+
+
+def take(inbox: Inbox[GradMsg]) -> GradMsg:
+    """The next message ``inbox`` hands over; there must be one."""
+    msg = inbox.poll()
+    assert msg is not None
+    return msg
 
 
 def test_sender_keeps_buffers_in_flight_and_releases_completed_ones():
@@ -74,7 +81,7 @@ def test_inbox_with_several_receives_hands_messages_over_in_the_order_they_match
     # whose message is stuck
     assert [(m.version, m.rank) for m in inbox.peek()] == [(END, 2), (7, 5)]
     first["done"] = True
-    got = [inbox.poll() for _ in range(3)]
+    got = [take(inbox) for _ in range(3)]
     assert [(m.version, m.rank) for m in got] == [(7, 2), (END, 2), (7, 5)]
     assert got[0].grad_shard.tolist() == [1.0] * 4 and got[2].grad_shard.tolist() == [5.0] * 4
     assert inbox.poll() is None and inbox.peek() == []
@@ -82,4 +89,4 @@ def test_inbox_with_several_receives_hands_messages_over_in_the_order_they_match
     # message lands in the first of them
     assert len([e for e in transport.posted if not e["matched"]]) == 3
     transport.arrive(GradMsg(8, 5, np.full(4, 6.0, np.float32)))
-    assert inbox.poll().grad_shard.tolist() == [6.0] * 4
+    assert take(inbox).grad_shard.tolist() == [6.0] * 4

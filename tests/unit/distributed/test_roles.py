@@ -63,7 +63,8 @@ def test_roles_partition_every_rank(ps, chief_trains, eval_rank, num_workers):
 
 def test_every_parameter_server_needs_a_non_empty_shard():
     assert num_shards_error(7, 7) is None  # one parameter each: allowed
-    assert "dist.ps=8 must be <= the model's 7 parameters" in num_shards_error(8, 7)
+    error = num_shards_error(8, 7)
+    assert error is not None and "dist.ps=8 must be <= the model's 7 parameters" in error
 
 
 def test_validator_refuses_more_parameter_servers_than_parameters_at_any_world_size():

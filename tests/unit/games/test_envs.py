@@ -73,7 +73,8 @@ def test_episodic_life_breakout_loses_lives_within_one_game():
     pool = EnvPool("breakout", 2, batch_size=1, num_threads=1, episodic_life=True, noop_max=0)
     tracker = ScoreTracker(2, episodic_life=True)
     rng = np.random.default_rng(0)
-    terminal_lives = {0: [], 1: []}  # lives left at each terminal of the current game
+    # lives left at each terminal of the current game
+    terminal_lives: dict[int, list[int]] = {0: [], 1: []}
     rewards = {0: 0.0, 1: 0.0}  # rewards of the current game, summed here
     try:
         step = pool.reset(seed=0)

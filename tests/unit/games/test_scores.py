@@ -13,7 +13,7 @@ from dba3c.games.envs import env_spaces
 from dba3c.games.scores import RANDOM_AND_HUMAN, human_normalized_score, score_stats
 from dba3c.preset import load_config
 from dba3c.training.chief import Chief
-from tests.support import ROOT, read_jsonl
+from tests.support import NO_PARAMS, ROOT, read_jsonl
 
 BREAKOUT = str(ROOT / "configs" / "breakout.yaml")
 
@@ -42,7 +42,7 @@ def test_score_stats():
 
 def _chief(tmp_path, config, *overrides):
     cfg = load_config(config, [f"run.dir={tmp_path}", "run.progress=none", *overrides])
-    return Chief(cfg, None, None, num_workers=1)
+    return Chief(cfg, None, NO_PARAMS, num_workers=1)
 
 
 def test_chief_writes_hns_and_the_protocol(tmp_path):

@@ -8,12 +8,13 @@ import itertools
 import queue
 import threading
 import time
+from typing import cast
 
 import numpy as np
 import pytest
 
 from dba3c.config import TrainConfig
-from dba3c.games.envs import Step
+from dba3c.games.envs import EnvPool, Step
 from dba3c.learning.learner import Learner
 from dba3c.learning.models import NetSpec
 from dba3c.learning.params import layer_buckets
@@ -104,6 +105,10 @@ class NewVersionAfterEachPrediction:
     def reset(self, seed: int) -> Step:
         return self._step()
 
+    def as_pool(self) -> EnvPool:
+        """This fake where the actor takes an EnvPool: it has what the actor uses."""
+        return cast(EnvPool, self)
+
     def send(self, actions: np.ndarray) -> None:
         self.learner.set_params(self.theta[1 + self.t % 2], self.t + 1)
 
@@ -124,7 +129,7 @@ def test_the_actor_tags_each_data_point_with_the_version_that_predicted():
     pool = NewVersionAfterEachPrediction(learner, theta, num_steps=13)
     out: queue.Queue = queue.Queue()
     assembler = RolloutAssembler(1, t_max=3, gamma=0.5, reward_clip=0.0, batch_size=3)
-    pool.actor = Actor(pool, learner, assembler, out, seed=0, episodic_life=False)
+    pool.actor = Actor(pool.as_pool(), learner, assembler, out, seed=0, episodic_life=False)
     pool.actor.run()  # in this thread: it returns when the pool stops it
     assert pool.actor.error is None
     batches = [out.get_nowait() for _ in range(out.qsize())]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from dba3c.config import ModelConfig
 from dba3c.learning.models import NetSpec, forward, make_net_spec, min_frame_size
 from dba3c.learning.params import layer_buckets, unflatten
 
@@ -126,10 +127,7 @@ def test_unknown_kind_raises():
 
 
 def test_make_net_spec_reads_the_model_section():
-    class ModelCfg:
-        kind, hidden = "a3c_ff", 32
-
-    spec = make_net_spec(ModelCfg(), [4, 84, 84], 9)
+    spec = make_net_spec(ModelConfig(kind="a3c_ff", hidden=32), (4, 84, 84), 9)
     assert spec == NetSpec("a3c_ff", 32, (4, 84, 84), 9)
     assert spec.layout().shapes[-4] == (32, 9)
 
@@ -329,6 +327,7 @@ def _variables(spec, theta):
 def test_forward_output_shapes(name, batch):
     spec = SPECS[name]
     rng = np.random.default_rng(batch)
+    obs: np.ndarray
     if spec.kind == "mlp":
         obs = rng.standard_normal((batch, *spec.obs_shape)).astype(np.float32)
     else:
@@ -414,6 +413,7 @@ def test_forward_matches_numpy_reference(name):
             tensor *= 100.0
         if tname.endswith("bias"):
             tensor[...] = rng.uniform(-0.1, 0.1, tensor.shape)
+    obs: np.ndarray
     if spec.kind == "mlp":
         obs = rng.standard_normal((3, *spec.obs_shape)).astype(np.float32)
     else:

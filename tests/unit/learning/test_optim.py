@@ -2,6 +2,8 @@
 hand-computed values, the formulas, Keras, shard equivalence, the shard server's one update
 call, checkpoint and resume."""
 
+from typing import TypedDict
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -22,7 +24,16 @@ from dba3c.preset import load_config
 from dba3c.training import checkpoint
 from dba3c.training.runner import LocalParameterServer
 
-A3C = dict(lr=7e-4, alpha=0.99, epsilon=0.1)
+
+class RMSPropHyper(TypedDict):
+    """rmsprop_update's hyperparameters, passed as ``**hyper``."""
+
+    lr: float
+    alpha: float
+    epsilon: float
+
+
+A3C = RMSPropHyper(lr=7e-4, alpha=0.99, epsilon=0.1)
 
 
 def _grads(n, steps, seed=0):
@@ -41,7 +52,7 @@ def test_rmsprop_two_steps_by_hand():
     #           0.01/sqrt(0.11)] = [0.95456526, -1.92155330, 0.03015113]
     theta = np.array([1.0, -2.0, 0.0], np.float32)
     state = OptimizerState.zeros(3)
-    hyper = dict(lr=0.01, alpha=0.99, epsilon=0.1)
+    hyper = RMSPropHyper(lr=0.01, alpha=0.99, epsilon=0.1)
     rmsprop_update(theta, np.array([0.5, -4.0, 0.0], np.float32), state, **hyper)
     np.testing.assert_allclose(state.v_shard, [0.0025, 0.16, 0.0], rtol=1e-6)
     np.testing.assert_allclose(theta, [0.98438262, -1.92155330, 0.0], rtol=1e-6)
@@ -69,8 +80,8 @@ def test_rmsprop_update_is_bit_identical_to_the_formulas_with_temporaries(with_s
         assert state.count == t
 
 
-@pytest.mark.parametrize("hyper", [A3C, dict(lr=0.0224, alpha=0.99, epsilon=0.1),
-                                   dict(lr=1e-3, alpha=0.9, epsilon=1e-7)],
+@pytest.mark.parametrize("hyper", [A3C, RMSPropHyper(lr=0.0224, alpha=0.99, epsilon=0.1),
+                                   RMSPropHyper(lr=1e-3, alpha=0.9, epsilon=1e-7)],
                          ids=["a3c", "paac", "keras_defaults"])
 def test_rmsprop_update_matches_keras3_rmsprop(hyper):
     # Keras 3 puts epsilon inside the square root too: same formula, same epsilon

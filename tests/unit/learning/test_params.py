@@ -48,7 +48,7 @@ def test_layout_dict_round_trip_through_json():
 
 def test_layout_is_frozen():
     with pytest.raises(AttributeError):
-        LAYOUT.names = ("x",)
+        LAYOUT.names = ("x",)  # type: ignore[misc]  # frozen: the assignment must raise
 
 
 # --------------------------------------------------------------------------- flatten / unflatten

@@ -158,8 +158,8 @@ def test_batches_hold_batch_size_points_oldest_first_and_keep_the_rest():
     (batch,) = asm.pop_batches()
     assert len(batch) == 4
     assert batch.obs.shape == (4, 1) and batch.obs[:, 0].tolist() == [0, 1, 2, 3]
-    assert (batch.a.dtype, batch.R.dtype, batch.version.dtype) == (np.int32, np.float32,
-                                                                   np.int64)
+    assert (batch.a.dtype, batch.R.dtype, batch.version.dtype) == (
+        np.dtype(np.int32), np.dtype(np.float32), np.dtype(np.int64))
     assert batch.a.tolist() == [100, 101, 102, 103]
     # R(s0) = 1 + .5 + .25 = 1.75, R(s1) = 1 + .5 = 1.5, R(s2) = 1; s3 as s0
     np.testing.assert_allclose(batch.R, [1.75, 1.5, 1.0, 1.75])

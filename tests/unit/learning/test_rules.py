@@ -7,13 +7,13 @@ import tensorflow as tf
 
 from dba3c.learning.params import shard_bounds
 from dba3c.learning.rules import OptimizerState, adam_update
-from tests.support.adam import PAPER, _grads
+from tests.support.adam import PAPER, AdamHyper, _grads
 
-KERAS_DEFAULTS = dict(lr=1e-3, beta1=0.9, beta2=0.999, epsilon=1e-7)
+KERAS_DEFAULTS = AdamHyper(lr=1e-3, beta1=0.9, beta2=0.999, epsilon=1e-7)
 
 
-@pytest.mark.parametrize("hyper", [PAPER, KERAS_DEFAULTS, dict(lr=0.05, beta1=0.5,
-                                                                beta2=0.9, epsilon=1e-3)],
+@pytest.mark.parametrize("hyper", [PAPER, KERAS_DEFAULTS, AdamHyper(lr=0.05, beta1=0.5,
+                                                                     beta2=0.9, epsilon=1e-3)],
                          ids=["paper", "keras_defaults", "large_lr_eps"])
 def test_adam_update_matches_keras_adam(hyper):
     n, steps = 37, 5

@@ -47,6 +47,13 @@ def assert_same(got: Checkpoint, want: Checkpoint) -> None:
     assert got.meta == want.meta
 
 
+def latest(directory: Path) -> Checkpoint:
+    """checkpoint.load_latest of a directory that must hold a valid checkpoint."""
+    ckpt = checkpoint.load_latest(directory)
+    assert ckpt is not None
+    return ckpt
+
+
 def craft(payload: bytes) -> bytes:
     """A file with the right magic and a correct checksum around an arbitrary payload."""
     return MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
@@ -66,7 +73,7 @@ def test_round_trip_is_bit_exact(tmp_path):
     got = checkpoint.load(path)
     assert_same(got, want)
     assert got.theta.dtype == got.adam_m.dtype == got.adam_v.dtype == np.float32
-    assert_same(checkpoint.load_latest(tmp_path), want)
+    assert_same(latest(tmp_path), want)
     assert_same(checkpoint.load_path(str(tmp_path)), want)
     # the file is exactly the documented format: magic, sha256 hex of the payload, payload
     data = path.read_bytes()
@@ -117,12 +124,12 @@ def test_load_latest_falls_back_to_the_previous_good_checkpoint_with_a_warning(
     for step in (10, 20, 30):
         checkpoint.save(tmp_path, make_ckpt(step), keep=5)
     capsys.readouterr()
-    assert checkpoint.load_latest(tmp_path).step == 30
+    assert latest(tmp_path).step == 30
     assert capsys.readouterr().err == ""  # nothing to warn about
 
     newest = tmp_path / "step-0000000030.ckpt"
     newest.write_bytes(newest.read_bytes()[:-100])  # e.g. a disk that lost the tail
-    got = checkpoint.load_latest(tmp_path)
+    got = latest(tmp_path)
     assert_same(got, make_ckpt(20))
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2, err
@@ -131,7 +138,7 @@ def test_load_latest_falls_back_to_the_previous_good_checkpoint_with_a_warning(
     assert "resuming from the older checkpoint step-0000000020.ckpt" in err[1]
 
     (tmp_path / "step-0000000020.ckpt").write_bytes(b"garbage")
-    assert_same(checkpoint.load_latest(tmp_path), make_ckpt(10))
+    assert_same(latest(tmp_path), make_ckpt(10))
     err = capsys.readouterr().err
     assert err.count("warning: ") == 3 and "step-0000000010.ckpt" in err
 
@@ -246,7 +253,7 @@ def test_saving_holds_no_copy_of_the_state(tmp_path):
     # a 1 MB read-back buffer for the checksum: 7.2 vectors with np.savez's joined arrays, 4.2
     # with its in-memory archive
     assert peak < 0.5 * 4 * n, peak / (4 * n)
-    assert checkpoint.load_latest(tmp_path).theta.tolist() == ckpt.theta.tolist()
+    assert latest(tmp_path).theta.tolist() == ckpt.theta.tolist()
 
 
 def test_a_state_saved_as_shards_is_the_file_of_the_whole_state(tmp_path):
@@ -254,8 +261,11 @@ def test_a_state_saved_as_shards_is_the_file_of_the_whole_state(tmp_path):
     the one the joined vectors give (and the same state always gives the same bytes)."""
     whole = make_ckpt(9, n=1001, seed=3)
     cut = [0, 1, 400, 1000, 1001]  # shards of different sizes, one of a single value
-    vectors = tuple([v[lo:hi] for lo, hi in zip(cut, cut[1:])]
-                    for v in (whole.theta, whole.adam_m, whole.adam_v))
+
+    def shards(v: np.ndarray) -> list[np.ndarray]:
+        return [v[lo:hi] for lo, hi in zip(cut, cut[1:])]
+
+    vectors = (shards(whole.theta), shards(whole.adam_m), shards(whole.adam_v))
     path = checkpoint.save_state(tmp_path, 9, vectors, whole.adam_count, whole.meta, keep=1)
     assert path.read_bytes() == checkpoint.encode(whole) == checkpoint.encode(whole)
     got = checkpoint.load(path)

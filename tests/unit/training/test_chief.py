@@ -3,6 +3,7 @@ wire, and the last step logged when a run ends between log steps."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ from dba3c.distributed.wire import ReportMsg
 from dba3c.preset import from_dict, load_config
 from dba3c.training.chief import Chief
 from dba3c.training.report import Losses, Seconds, WorkerReport
-from tests.support import ROOT, read_jsonl
+from tests.support import NO_PARAMS, ROOT, read_jsonl
 
 
 def wire(report: WorkerReport, final: bool = False) -> WorkerReport:
@@ -22,15 +23,15 @@ def wire(report: WorkerReport, final: bool = False) -> WorkerReport:
 def test_a_final_report_without_losses_is_left_out_of_the_loss_means(tmp_path):
     cfg = load_config(str(ROOT / "configs" / "cartpole.yaml"),
                       [f"run.dir={tmp_path}", "run.progress=none", "run.log_every=1"])
-    chief = Chief(cfg, None, None, num_workers=2)
-    counters = {"data_points": 32, "env_frames": 32, "seconds": Seconds(*[0.1] * 5)}
-    chief.worker_report(0, wire(WorkerReport(**counters, policy_lag=1.0,
-                                             losses=Losses(policy=0.5, value=2.0))))
-    chief.worker_report(2, wire(WorkerReport(**counters, policy_lag=0.0,
-                                             losses=Losses(policy=1.5, value=4.0))))
+    chief = Chief(cfg, None, NO_PARAMS, num_workers=2)
+    counters = WorkerReport(data_points=32, env_frames=32, seconds=Seconds(*[0.1] * 5))
+    chief.worker_report(0, wire(replace(counters, policy_lag=1.0,
+                                        losses=Losses(policy=0.5, value=2.0))))
+    chief.worker_report(2, wire(replace(counters, policy_lag=0.0,
+                                        losses=Losses(policy=1.5, value=4.0))))
     chief.on_step(1)
     # rank 2 finished: its last report has counters but no losses (they arrive as None)
-    chief.worker_report(2, wire(WorkerReport(**counters, policy_lag=0.0), final=True))
+    chief.worker_report(2, wire(replace(counters, policy_lag=0.0), final=True))
     chief.on_step(2)
     chief.close()
     first, second = read_jsonl(tmp_path / "metrics.jsonl")

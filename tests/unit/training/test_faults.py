@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import time
+from typing import cast
 
 import numpy as np
 import pytest
 
 from dba3c.config import DebugConfig
+from dba3c.learning.rollout import Batch
 from dba3c.training.faults import with_faults
+
+NO_BATCH = cast(Batch, None)  # Step ignores its batch
 
 
 class Step:
@@ -31,7 +35,7 @@ def test_without_debug_keys_the_step_is_not_wrapped():
 def test_nan_steps_make_exactly_their_window_non_finite_on_every_rank():
     for rank in (0, 3):
         step = with_faults(DebugConfig(nan_at_step=3, nan_steps=2), rank, Step())
-        finite = [bool(np.isfinite(step(None, v)[0]).all()) for v in range(7)]
+        finite = [bool(np.isfinite(step(NO_BATCH, v)[0]).all()) for v in range(7)]
         assert finite == [True, True, True, False, False, True, True]
 
 
@@ -39,10 +43,10 @@ def test_fail_rank_raises_at_its_step_before_computing():
     inner = Step()
     step = with_faults(DebugConfig(fail_rank=2, fail_step=5), 2, inner)
     for v in range(5):
-        step(None, v)
+        step(NO_BATCH, v)
     with pytest.raises(RuntimeError, match=r"^injected failure on rank 2 at step 5 "
                                            r"\(debug.fail_rank\)$"):
-        step(None, 5)
+        step(NO_BATCH, 5)
     assert inner.versions == [0, 1, 2, 3, 4]
 
 
@@ -50,5 +54,5 @@ def test_slow_rank_sleeps_before_each_step():
     step = with_faults(DebugConfig(slow_rank=1, slow_seconds=0.05), 1, Step())
     t0 = time.perf_counter()
     for v in range(3):
-        step(None, v)
+        step(NO_BATCH, v)
     assert time.perf_counter() - t0 >= 3 * 0.05

@@ -14,8 +14,8 @@ import pytest
 
 from dba3c.preset import load_config
 from dba3c.training.chief import Chief
-from dba3c.training.metrics import next_steps, scalars, steady_throughput
-from tests.support import ROOT, read_jsonl
+from dba3c.training.metrics import Wandb, next_steps, scalars, steady_throughput
+from tests.support import NO_PARAMS, ROOT, read_jsonl
 
 
 def test_steady_throughput_is_the_mean_of_the_second_half():
@@ -52,18 +52,23 @@ class FakeRun:
         self.finished = True
 
 
+class FakeWandb(types.ModuleType):
+    """A stand-in ``wandb`` module that records the runs the chief starts."""
+
+    def __init__(self) -> None:
+        super().__init__("wandb")
+        self.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
+        self.runs: list[FakeRun] = []
+
+    def init(self, **kw) -> FakeRun:
+        self.runs.append(FakeRun(**kw))
+        return self.runs[-1]
+
+
 @pytest.fixture
 def fake_wandb(monkeypatch):
     """A stand-in ``wandb`` module that records what the chief sends it."""
-    module = types.ModuleType("wandb")
-    module.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
-    module.runs = []
-
-    def init(**kw):
-        module.runs.append(FakeRun(**kw))
-        return module.runs[-1]
-
-    module.init = init
+    module = FakeWandb()
     monkeypatch.setitem(sys.modules, "wandb", module)
     return module
 
@@ -72,7 +77,7 @@ def _run_chief(run_dir, *overrides):
     cfg = load_config(CONFIG, [*PONG, f"run.dir={run_dir}",
                                "run.progress=none", "run.log_every=1",
                                "run.wandb=true", *overrides])
-    chief = Chief(cfg, None, None, num_workers=1)
+    chief = Chief(cfg, None, NO_PARAMS, num_workers=1)
     chief.on_step(1)
     chief.on_step(2)
     chief.on_eval(1, [-20.0, -10.0])  # an evaluation finishing after step 2 was logged
@@ -113,10 +118,12 @@ def test_real_wandb_offline_run(tmp_path):
     cfg = load_config(CONFIG, [*PONG, f"run.dir={tmp_path / 'run'}",
                                "run.progress=none", "run.log_every=1",
                                "run.wandb=true", "run.wandb_mode=offline"])
-    chief = Chief(cfg, None, None, num_workers=1)
+    chief = Chief(cfg, None, NO_PARAMS, num_workers=1)
     chief.on_step(1)
     chief.on_eval(1, [-20.7])
-    summary = dict(chief.scalar_logs[-1]._run.summary)
+    log = chief.scalar_logs[-1]
+    assert isinstance(log, Wandb)
+    summary = dict(log._run.summary)
     chief.close()
     assert summary["eval/hns"] == 0.0 and summary["step"] == 1
     assert summary["train/lr"] == cfg.train.lr

@@ -173,10 +173,11 @@ def test_create_writes_the_resolved_config(tmp_path):
 
 def test_sweep_csv_bytes_and_round_trip(tmp_path):
     sweep = SweepDir(tmp_path)
-    rows = [{"run_dir": "000-dist.ps_1", "dist.ps": "1", "data_points_per_s": 5.5,
-             "time_to_target_s": None, "final_eval_mean": 3.0, "status": "ok"},
-            {"run_dir": "001-dist.ps_2", "dist.ps": "2", "data_points_per_s": None,
-             "time_to_target_s": None, "final_eval_mean": None, "status": "failed (exit 1)"}]
+    rows: list[dict[str, object]] = [
+        {"run_dir": "000-dist.ps_1", "dist.ps": "1", "data_points_per_s": 5.5,
+         "time_to_target_s": None, "final_eval_mean": 3.0, "status": "ok"},
+        {"run_dir": "001-dist.ps_2", "dist.ps": "2", "data_points_per_s": None,
+         "time_to_target_s": None, "final_eval_mean": None, "status": "failed (exit 1)"}]
     sweep.write_rows(["dist.ps"], rows)
     assert sweep.csv_path.read_bytes() == (
         b"run_dir,dist.ps,data_points_per_s,time_to_target_s,final_eval_mean,status\r\n"

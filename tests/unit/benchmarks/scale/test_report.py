@@ -48,7 +48,7 @@ def test_scale_command_writes_every_point_to_json_and_logs_the_table(tmp_path, m
     from dba3c.benchmarks.scale import cluster as scale
     from dba3c.benchmarks.scale.report import scale_command
 
-    calls = []
+    calls: list[tuple[object, ...]] = []  # (what, its arguments...)
 
     class Cluster:  # records what the bench asks of the emulated cluster
         def __init__(self, nodes, rate):
@@ -106,7 +106,7 @@ def test_scale_command_writes_every_point_to_json_and_logs_the_table(tmp_path, m
         (1, 1), (1, 4), (4, 1), (4, 4), (16, 1), (16, 4)]
     assert results["compute_ms"] == pytest.approx(77 * 2 / 12) and results["time_scale"] == 10
     assert "assumed" in results["compute_ms_source"]
-    assert log == tmp_path / "log" / f"{results['date']}-bench-scale.md"
+    assert log is not None and log == tmp_path / "log" / f"{results['date']}-bench-scale.md"
     assert log.read_text() == table and table.startswith("# `dba3c bench --scale --quick` on ")
     assert "Command: `dba3c bench --scale --quick --time-scale 10`" in table
     # W = 16 runs at s = 30: its FC 512 point moves 2.1 budgets of the host at s = 10

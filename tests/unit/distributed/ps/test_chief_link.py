@@ -34,7 +34,7 @@ def test_chief_is_not_finished_before_the_final_steps_psinfo_arrives():
     roles = make_roles(3, cfg)
     chief_t, ps_t, worker_t = InProcessTransport.create_world(3)
     chief = FakeChief()
-    link = ChiefLink(chief_t, roles, cfg, chief, N)
+    link = ChiefLink(chief_t, roles, cfg, chief.as_chief(), N)
     ps_t.isend(final_state(5, N), 0, Tag.STATE)  # version 5, Adam count 5, final
     send_final_report(worker_t, 2)
     link.poll()
@@ -64,7 +64,7 @@ def test_a_ps_frozen_behind_one_that_already_ended_is_told_to_catch_up():
     roles = make_roles(4, cfg)
     chief_t, ps1_t, ps2_t, _ = InProcessTransport.create_world(4)
     chief = FakeChief()
-    link = ChiefLink(chief_t, roles, cfg, chief, N)
+    link = ChiefLink(chief_t, roles, cfg, chief.as_chief(), N)
     chief.step, chief.stop_reason = 5, "train.max_steps=5 reached"
     link.poll()
     (lo, hi), _ = shard_bounds(N, 2)
@@ -79,7 +79,7 @@ def test_no_stop_once_a_ps_ended_at_max_steps_by_itself():
     cfg = make_cfg(workers=1, ps=2, max_steps=5)
     chief_t, ps1_t, ps2_t, _ = InProcessTransport.create_world(4)
     chief = FakeChief()
-    link = ChiefLink(chief_t, make_roles(4, cfg), cfg, chief, N)
+    link = ChiefLink(chief_t, make_roles(4, cfg), cfg, chief.as_chief(), N)
     (lo, hi), _ = shard_bounds(N, 2)
     ps1_t.isend(final_state(5, hi - lo), 0, Tag.STATE)
     chief.step, chief.stop_reason = 5, "train.max_steps=5 reached"

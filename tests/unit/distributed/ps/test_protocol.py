@@ -27,7 +27,7 @@ def reference_sync(theta0, cfg, workers, steps):
     """theta_t for t = 0..steps with Adam on the mean of every worker's gradient."""
     theta, state, thetas = theta0.copy(), OptimizerState.zeros(N), [theta0.copy()]
     for t in range(steps):
-        mean = np.mean([grad_of(w, t) for w in workers], axis=0, dtype=np.float32)
+        mean = np.asarray(np.mean([grad_of(w, t) for w in workers], axis=0, dtype=np.float32))
         adam_update(theta, mean, state, lr=cfg.train.lr, beta1=cfg.adam.beta1,
                     beta2=cfg.adam.beta2, epsilon=cfg.adam.epsilon)
         thetas.append(theta.copy())
@@ -60,7 +60,7 @@ def test_parameter_servers_snapshot_every_eval_every_steps_to_the_evaluator():
     snapshots: dict[int, dict[int, np.ndarray]] = {}  # version -> PS rank -> shard
 
     def evaluator(t, roles):  # records the snapshots until every PS is done
-        done = set()
+        done: set[int] = set()
         while len(done) < len(roles.ps):
             for p in set(roles.ps) - done:
                 buf = np.zeros(HEADER + N, np.float32)

@@ -45,6 +45,12 @@ def start(cfg: Config, version: int = 0) -> tuple[ParameterServer, list[InProces
     return ParameterServer(world[PS], make_roles(4, cfg), cfg, init), world
 
 
+def state_of(ps: ParameterServer) -> PsState:
+    """``ps.state`` read afresh: mypy would keep an earlier assert's narrowing of the
+    attribute across the ``ps.poll()`` that changes it."""
+    return ps.state
+
+
 def sent_to(t: InProcessTransport, kind: type[Message], size: int,
             tag: Tag | None = None) -> list:
     """Every message of ``kind`` the PS has sent to rank ``t`` so far, decoded, in order."""
@@ -91,12 +97,12 @@ def expected_theta(cfg: Config, steps: int) -> np.ndarray:
 def test_a_running_ps_applies_the_mean_of_every_gradient_and_answers_every_worker():
     cfg = make_cfg(workers=2, ps=1, max_steps=10)
     ps, world = start(cfg)
-    assert ps.state is PsState.RUNNING
+    assert state_of(ps) is PsState.RUNNING
     push(world, 2, 0)
     assert ps.poll(0.0) and ps.server.version == 0  # one of two gradients: no update yet
     push(world, 3, 0)
     ps.poll(0.0)
-    assert ps.server.version == 1 and ps.state is PsState.RUNNING
+    assert ps.server.version == 1 and state_of(ps) is PsState.RUNNING
     for w in WORKERS:
         first, second = params_to(world[w])
         assert (first.version, second.version, second.final) == (0, 1, False)
@@ -111,16 +117,16 @@ def test_stop_freezes_until_stop_at_and_the_last_update_is_marked_final():
     ps, world = start(cfg)
     command(world, Command.STOP)
     ps.poll(0.0)
-    assert ps.state is PsState.FROZEN
+    assert state_of(ps) is PsState.FROZEN
     assert sent_to(world[CHIEF], ControlMsg, ControlMsg.SIZE) == [
         ControlMsg(Command.FROZEN, 0)]
     push(world, 2, 0)
     push(world, 3, 0)
     ps.poll(0.0)
-    assert ps.server.version == 0 and ps.state is PsState.FROZEN  # left queued
+    assert ps.server.version == 0 and state_of(ps) is PsState.FROZEN  # left queued
     command(world, Command.STOP_AT, 1)
     ps.poll(0.0)  # STOP_AT, then the queued gradients: step 1 is the last
-    assert ps.stop_at == 1 and ps.server.version == 1 and ps.state is PsState.FINISHED
+    assert ps.stop_at == 1 and ps.server.version == 1 and state_of(ps) is PsState.FINISHED
     for w in WORKERS:
         start_params, last, done = params_to(world[w])
         assert (start_params.final, last.version, last.final, done.is_done) == (
@@ -130,10 +136,10 @@ def test_stop_freezes_until_stop_at_and_the_last_update_is_marked_final():
     np.testing.assert_allclose(state.theta_shard, expected_theta(cfg, 1), rtol=1e-6)
     bye(world, 2)
     ps.poll(0.0)
-    assert ps.state is PsState.FINISHED  # worker 3 has not said BYE yet
+    assert state_of(ps) is PsState.FINISHED  # worker 3 has not said BYE yet
     bye(world, 3)
     ps.poll(0.0)
-    assert ps.state is PsState.DRAINED
+    assert state_of(ps) is PsState.DRAINED
 
 
 def test_stop_at_a_version_already_reached_finishes_without_an_update():
@@ -143,7 +149,7 @@ def test_stop_at_a_version_already_reached_finishes_without_an_update():
     ps.poll(0.0)
     command(world, Command.STOP_AT, 3)
     ps.poll(0.0)
-    assert ps.state is PsState.FINISHED and ps.server.version == 3
+    assert state_of(ps) is PsState.FINISHED and ps.server.version == 3
     assert [m.version for m in params_to(world[2])] == [3, END]
 
 
@@ -153,16 +159,16 @@ def test_a_finished_ps_drains_late_gradients_without_applying_them():
     push(world, 2, 0)
     push(world, 3, 0)
     ps.poll(0.0)
-    assert ps.state is PsState.FINISHED  # train.max_steps=1 reached
+    assert state_of(ps) is PsState.FINISHED  # train.max_steps=1 reached
     push(world, 2, 1)  # computed on the final parameters: dropped
     ps.poll(0.0)
     assert ps.server.version == 1 and ps.server.stats.applied == 1
-    assert ps.state is PsState.FINISHED
+    assert state_of(ps) is PsState.FINISHED
     command(world, Command.QUERY)  # a finished PS reads no more commands
     bye(world, 2)
     bye(world, 3)
     ps.poll(0.0)
-    assert ps.state is PsState.DRAINED
+    assert state_of(ps) is PsState.DRAINED
     assert sent_to(world[CHIEF], StatusMsg, StatusMsg.size(2)) == []
 
 
@@ -205,12 +211,12 @@ def test_async_stop_finishes_at_once_and_each_gradient_answers_its_sender():
     assert [m.version for m in params_to(world[3])] == [0]
     command(world, Command.STOP)
     ps.poll(0.0)
-    assert ps.state is PsState.FINISHED
+    assert state_of(ps) is PsState.FINISHED
     assert [m.version for m in params_to(world[3])] == [END]
 
 
 def test_a_finished_run_started_again_finishes_on_creation():
     cfg = make_cfg(workers=2, ps=1, max_steps=4)
     ps, world = start(cfg, version=4)
-    assert ps.state is PsState.FINISHED
+    assert state_of(ps) is PsState.FINISHED
     assert [m.version for m in params_to(world[2])] == [4, END]
