@@ -9,7 +9,7 @@ are float64 or int64 vectors. ``END`` as a version or step means "nothing more f
   GradMsg       GRAD               worker -> PS p        (version, rank); g[shard p]; BYE
   ParamsMsg     PARAMS, SNAPSHOT   PS p -> worker/eval.  (version, nonfinite streak, final);
                                                          theta[shard p]; DONE
-  StateMsg      STATE              chief <-> PS p        (version, adam count, final);
+  StateMsg      STATE              chief <-> PS p        (version, update count, final);
                                                          theta, m, v of the shard
   InfoMsg       PSINFO             PS -> chief           float64 [version, dropped, nonfinite,
                                                          staleness sum, count, max]
@@ -184,7 +184,7 @@ class StateMsg:
         return framed_size(3 * n)
 
     def encode(self) -> np.ndarray:
-        """Header (version, adam count, final), payload theta, m, v."""
+        """Header (version, update count, final), payload theta, m, v."""
         return _frame((self.version, self.opt_count, int(self.final)), self.theta_shard,
                       self.m_shard, self.v_shard)
 
@@ -196,12 +196,12 @@ class StateMsg:
         return cls(version, count, bool(final), theta, m, v)
 
     @classmethod
-    def start_shards(cls, step: int, theta: np.ndarray, adam: OptimizerState,
+    def start_shards(cls, step: int, theta: np.ndarray, opt_state: OptimizerState,
                      plan: ShardPlan) -> list[StateMsg]:
         """The start state (theta and the optimizer's whole state) cut into one message per
         shard of ``plan``."""
-        return [cls(step, adam.count, False, plan.shard_of(theta, w),
-                    plan.shard_of(adam.m_shard, w), plan.shard_of(adam.v_shard, w))
+        return [cls(step, opt_state.count, False, plan.shard_of(theta, w),
+                    plan.shard_of(opt_state.m_shard, w), plan.shard_of(opt_state.v_shard, w))
                 for w in range(plan.num_shards)]
 
 

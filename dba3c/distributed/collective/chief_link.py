@@ -76,10 +76,10 @@ class CollectiveChiefLink:
         self.answers: dict[int, int] = {}  # rank -> its step, answering the last QUERY
         self.step = chief.start_step
 
-    def send_start(self, step: int, theta: np.ndarray, adam: OptimizerState) -> ShardServer:
+    def send_start(self, step: int, theta: np.ndarray, opt_state: OptimizerState) -> ShardServer:
         """Hand every other training rank its shard of the start state; the chief's own."""
         own = None
-        states = StateMsg.start_shards(step, theta, adam, self.plan)
+        states = StateMsg.start_shards(step, theta, opt_state, self.plan)
         for r, state in zip(self.roles.workers, states):
             if r == self.t.rank:
                 own = make_shard(state, self.cfg, mode="sync", replicas=1)

@@ -53,9 +53,10 @@ class ChiefLink:
         self.frozen: dict[int, int] = {}
         self.stop_sent = self.stop_at_sent = False
 
-    def send_init(self, step: int, theta: np.ndarray, adam: OptimizerState) -> None:
-        """Hand every PS its shard of the starting parameters and Adam state."""
-        for p, state in zip(self.roles.ps, StateMsg.start_shards(step, theta, adam, self.plan)):
+    def send_init(self, step: int, theta: np.ndarray, opt_state: OptimizerState) -> None:
+        """Hand every PS its shard of the starting parameters and optimizer state."""
+        shards = StateMsg.start_shards(step, theta, opt_state, self.plan)
+        for p, state in zip(self.roles.ps, shards):
             self.sender.post(state, [p])
 
     @property
