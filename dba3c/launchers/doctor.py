@@ -39,6 +39,7 @@ import numpy as np
 from dba3c.config import Config, is_atari
 from dba3c.core import Request, Transport
 from dba3c.cpus import binding_warning, bound_cpus, cpu_ranges, threads_for
+from dba3c.launchers.srun_options import library_first_line, library_version
 
 DEFAULT_CONFIG = "configs/breakout_64.yaml"
 DEFAULT_TIMEOUT_S = 60.0
@@ -132,8 +133,7 @@ def pmi_in_use(environ: Mapping[str, str]) -> tuple[str, tuple[str, ...]]:
 def mpi_name(library_version: str) -> str:
     """The MPI library in a few words: ``MPI_Get_library_version``'s first line up to its
     first comma, spaces collapsed (``MPICH Version: 4.3.0``, ``Open MPI v4.1.6``)."""
-    first = (library_version.strip().splitlines() or [""])[0]
-    return " ".join(first.split(",")[0].split())
+    return " ".join(library_first_line(library_version).split(",")[0].split())
 
 
 def disk_free(run_dir: str) -> tuple[str, int]:
@@ -477,7 +477,6 @@ def doctor(config: str, overrides: Sequence[str], timeout_s: float, world_size: 
     there (not when a silent rank ends the job).
     Returns the exit code (0, or 1 for a problem; every rank returns rank 0's)."""
     from dba3c.errors import UserError
-    from dba3c.launchers.srun_options import library_version
     from dba3c.preset import load_config
 
     if not timeout_s > 0:

@@ -28,10 +28,16 @@ SPOKEN = {"mpich": ("pmi2", "pmix"), "cray-mpich": ("cray_shasta", "pmi2"),
           "openmpi": ("pmix",), "intel": ("pmi2", "pmix"), "unknown": ("pmi2", "pmix")}
 
 
+def library_first_line(library_version: str) -> str:
+    """The first line of ``MPI_Get_library_version``'s text, which names the library and its
+    version ("" for no text); the lines after it (release date, configure options) do not."""
+    return (library_version.strip().splitlines() or [""])[0]
+
+
 def mpi_family(library_version: str) -> str:
     """Which MPI ``MPI_Get_library_version``'s text names (by its first line: the configure
     line that follows may name compilers): mpich, cray-mpich, openmpi, intel or unknown."""
-    text = (library_version.strip().splitlines() or [""])[0].lower()
+    text = library_first_line(library_version).lower()
     if "open mpi" in text:
         return "openmpi"
     if "intel" in text:
@@ -54,9 +60,8 @@ def choose_plugin(family: str, library: str, offered: tuple[str, ...],
     """The ``--mpi`` plugin: ``setting`` (``DBA3C_SRUN_MPI``) if srun offers it, else the
     first the library speaks that srun offers (``pmix`` stands for any ``pmix_vN``).
     UserError, one line naming the library, the plugins and the setting, if none fits."""
-    first_line = library.strip().splitlines()[0] if library.strip() else "an unknown MPI"
     where = (f"srun offers {', '.join(offered) or 'no plugin'}; the MPI library is "
-             f"{first_line}")
+             f"{library_first_line(library) or 'an unknown MPI'}")
     if setting:
         if setting not in offered:
             raise UserError(f"DBA3C_SRUN_MPI={setting} is not a plugin of this srun ({where}); "
@@ -115,8 +120,7 @@ def mpi_plugin(environ: Mapping[str, str]) -> tuple[str, str]:
     setting = environ.get("DBA3C_SRUN_MPI") or None
     plugin = choose_plugin(mpi_family(library), library, offered, setting)
     return plugin, (f"srun --mpi={plugin} ({'DBA3C_SRUN_MPI' if setting else 'chosen'}; "
-                    f"srun offers {', '.join(offered)}; MPI: "
-                    f"{library.strip().splitlines()[0]})")
+                    f"srun offers {', '.join(offered)}; MPI: {library_first_line(library)})")
 
 
 def srun_options(environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
