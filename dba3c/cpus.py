@@ -49,9 +49,10 @@ class Threads:
     inter_op: int
 
 
-def simulator_threads(env: EnvConfig, num_cpus: int) -> int:
-    """``env.num_threads``, or one per simulator and at most one per bound CPU."""
-    return env.num_threads or max(1, min(env.num_envs, num_cpus))
+def simulator_threads(num_threads: int, num_envs: int, num_cpus: int) -> int:
+    """``num_threads`` (``env.num_threads``), or when 0 one per simulator and at most one per
+    bound CPU."""
+    return num_threads or max(1, min(num_envs, num_cpus))
 
 
 def tensorflow_threads(train: TrainConfig, num_cpus: int) -> tuple[int, int]:
@@ -61,7 +62,8 @@ def tensorflow_threads(train: TrainConfig, num_cpus: int) -> tuple[int, int]:
 
 def threads_for(env: EnvConfig, train: TrainConfig, num_cpus: int) -> Threads:
     """Every pool of a rank bound to ``num_cpus`` CPUs."""
-    return Threads(simulator_threads(env, num_cpus), *tensorflow_threads(train, num_cpus))
+    return Threads(simulator_threads(env.num_threads, env.num_envs, num_cpus),
+                   *tensorflow_threads(train, num_cpus))
 
 
 def binding_warning(num_bound: int, node_cpus: int, ranks_on_node: int) -> str | None:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from dba3c.config import Config, EnvConfig, ModelConfig, is_atari
-from dba3c.cpus import bound_cpus
+from dba3c.cpus import bound_cpus, simulator_threads
 
 
 @dataclass
@@ -54,7 +54,7 @@ class EnvPool:
             self.batch_size = batch_size or max(1, num_envs // 2)
             self._env = AtariVectorEnv(
                 env_id, num_envs, batch_size=self.batch_size,
-                num_threads=num_threads or min(num_envs, len(bound_cpus())),
+                num_threads=simulator_threads(num_threads, num_envs, len(bound_cpus())),
                 frameskip=frame_skip, repeat_action_probability=sticky_actions,
                 # ale-py's own episodic_life restarts the game at every lost life;
                 # life_loss_info only makes a lost life terminal, and the game goes on

@@ -33,8 +33,8 @@ def test_pools_follow_the_bound_cpus_unless_the_config_sets_them():
     env, train = EnvConfig(num_envs=10), TrainConfig()
     assert threads_for(env, train, 12) == Threads(10, 12, 12)  # one simulator thread per env
     assert threads_for(env, train, 1) == Threads(1, 1, 1)  # a rank bound to one CPU
-    assert simulator_threads(EnvConfig(num_envs=4), 12) == 4
-    assert simulator_threads(EnvConfig(num_envs=16, num_threads=3), 12) == 3
+    assert simulator_threads(0, 4, 12) == 4  # env.num_threads 0, 4 envs, 12 CPUs
+    assert simulator_threads(3, 16, 12) == 3
     assert tensorflow_threads(TrainConfig(intra_op_threads=2), 12) == (2, 12)
     assert tensorflow_threads(TrainConfig(inter_op_threads=1), 12) == (12, 1)
 
