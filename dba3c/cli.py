@@ -172,15 +172,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if rest:
         args.overrides = list(args.overrides) + rest
-    if getattr(args, "overrides_files", None):
-        from dba3c.config import overrides_file
+    if getattr(args, "overrides_files", None):  # a bad file: UserError, under exit_code
+        from dba3c.config import overrides_files
 
-        try:
-            from_files = [item for path in args.overrides_files
-                          for item in overrides_file(path)]
-        except UserError as e:
-            parser.exit(2, f"error: {e}\n")
-        args.overrides = from_files + list(args.overrides)
+        args.overrides = overrides_files(args.overrides_files) + list(args.overrides)
     return args
 
 

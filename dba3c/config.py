@@ -624,6 +624,11 @@ def overrides_file(path: str) -> list[str]:
     return items
 
 
+def overrides_files(paths: Sequence[str]) -> list[str]:
+    """Every file's :func:`overrides_file` items, the files in order."""
+    return [item for path in paths for item in overrides_file(path)]
+
+
 def _merge(base: dict, extra: dict) -> dict:
     merged = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
     for section, values in extra.items():

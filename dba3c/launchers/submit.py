@@ -26,7 +26,7 @@ import time
 
 import submitit
 
-from dba3c.config import overrides_file
+from dba3c.config import overrides_files
 from dba3c.distributed.roles import make_roles
 from dba3c.errors import UserError
 from dba3c.launchers.slurm_site import (
@@ -146,9 +146,8 @@ def make_parser() -> argparse.ArgumentParser:
 
 def submit(args: argparse.Namespace) -> list:
     """Validate every combination's layout, then submit; returns the submitit jobs."""
-    from_files = [item for path in args.overrides_files for item in overrides_file(path)]
-    base = [*from_files, *args.overrides, *([f"dist.ps={args.ps}"] if args.ps is not None
-                                            else [])]
+    base = [*overrides_files(args.overrides_files), *args.overrides,
+            *([f"dist.ps={args.ps}"] if args.ps is not None else [])]
     site = site_from_args(args)
     world = args.nodes * args.tasks_per_node
     combos = grid_overrides(args.grid)

@@ -167,10 +167,9 @@ def run_sweep(config: str, grid: list[str], overrides: list[str], *, sweep_dir: 
     root = Path(sweep_dir or f"runs/sweep-{name}")
     points = make_points(config, grid, overrides, root, workers, max_seconds)
     slurm = slurm or SlurmRequest()
-    if launcher == "slurm":  # every point's shape and time limit, before anything runs
+    if launcher == "slurm":  # every point's nodes hold its ranks: refused before any job
         for p in points:
             nodes_for(p.world, slurm.tasks_per_node)
-            time_limit_minutes(p.cfg.train.max_seconds, slurm.minutes)
     keys = [item.partition("=")[0] for item in grid]
     sweep = SweepDir(root)
     try:
