@@ -8,7 +8,7 @@ import traceback
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from dba3c.config import Config, is_atari
+from dba3c.config import Config, EnvConfig, TrainConfig, is_atari
 from dba3c.core import Transport
 from dba3c.cpus import rank_lines
 from dba3c.distributed.collective.ranks import run_collective_rank
@@ -103,6 +103,18 @@ def play_rank(t: Transport, cfg: Config, spec: NetSpec) -> None:
         t.abort(1)
 
 
+def role_pools(role: str, cfg: Config) -> tuple[EnvConfig | None, TrainConfig | None]:
+    """The simulators and TensorFlow a rank of ``role`` runs, for its first line: a worker
+    its ``env.num_envs`` simulators; the evaluator (or a chief that does not train, which
+    may evaluate in a thread) ``eval.num_envs`` of them; all of these TensorFlow. A
+    parameter server, and every rank of a synthetic run, run neither (None, None)."""
+    if role == "ps" or cfg.synthetic.enabled:
+        return None, None
+    if "worker" in role:
+        return cfg.env, cfg.train
+    return replace(cfg.env, num_envs=cfg.eval.num_envs), cfg.train
+
+
 def train_distributed(cfg: Config) -> int:
     """``dba3c train`` under mpiexec/srun: any failing rank ends the whole job non-zero."""
     from dba3c.distributed.transport import MpiTransport
@@ -115,9 +127,8 @@ def train_distributed(cfg: Config) -> int:
             print(f"error: {e}", file=sys.stderr, flush=True)
         return 2
     role = make_roles(t.size, cfg).role(t.rank)
-    computes = "worker" in role and not cfg.synthetic.enabled  # simulators and TensorFlow
-    print("\n".join(rank_lines(t.rank, role, cfg.env if computes else None,
-                                cfg.train if computes else None, t.ranks_on_node())),
+    env, train_cfg = role_pools(role, cfg)
+    print("\n".join(rank_lines(t.rank, role, env, train_cfg, t.ranks_on_node())),
           file=sys.stderr, flush=True)
     if t.rank != 0:
         ignore_polite_signals()
