@@ -91,10 +91,15 @@ class Request(Protocol):
 
 
 class Transport(Protocol):
-    """A world of ``size`` ranks; this is rank ``rank``."""
+    """A world of ``size`` ranks; this is rank ``rank``; ``hosts[r]`` is the name of the host
+    rank r runs on (an MPI world learns them the first time every rank asks)."""
 
     rank: int
     size: int
+
+    @property
+    def hosts(self) -> Sequence[str]:
+        """Every rank's host name, by rank."""
 
     def isend(self, buf: np.ndarray, dest: int, tag: int) -> Request:
         """Start sending ``buf`` (keep it unchanged until the request completes)."""

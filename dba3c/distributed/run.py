@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 import traceback
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from dba3c.config import Config, EnvConfig, TrainConfig, is_atari
 from dba3c.core import Transport
@@ -21,9 +20,6 @@ from dba3c.learning.models import NetSpec
 from dba3c.preset import load_config, validate
 from dba3c.training.metrics import next_steps
 from dba3c.training.worker import Worker
-
-if TYPE_CHECKING:
-    pass
 
 
 def make_worker(cfg: Config, rank: int, spec: NetSpec, roles: Roles) -> Worker:
@@ -40,10 +36,6 @@ def make_worker(cfg: Config, rank: int, spec: NetSpec, roles: Roles) -> Worker:
     pool = None if cfg.debug.synthetic_data else make_env_pool(cfg.env, cfg.model)
     learner = Learner(spec, cfg.train, spec.init_params(0), staged=staged_steps(cfg))
     return Worker(cfg, rank, learner, pool)
-
-
-
-
 
 
 def run_rank(t: Transport, cfg: Config, spec: NetSpec) -> None:
@@ -128,7 +120,8 @@ def train_distributed(cfg: Config) -> int:
         return 2
     role = make_roles(t.size, cfg).role(t.rank)
     env, train_cfg = role_pools(role, cfg)
-    print("\n".join(rank_lines(t.rank, role, env, train_cfg, t.ranks_on_node())),
+    print("\n".join(rank_lines(t.rank, role, env, train_cfg,
+                                 t.hosts.count(t.hosts[t.rank]))),
           file=sys.stderr, flush=True)
     if t.rank != 0:
         ignore_polite_signals()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import os
+import socket
 import stat
 import struct
 import sys
@@ -162,18 +163,21 @@ class MpiTransport:
         self._mpi = MPI
         self._comm = MPI.COMM_WORLD
         self.rank, self.size = self._comm.Get_rank(), self._comm.Get_size()
+        self._hosts: tuple[str, ...] | None = None
         self._recvs: list = []
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """Every rank's host name, by rank. The first use is collective (every rank asks at
+        the same point: one small allgather, which a run makes at start-up for its ranks'
+        first lines); later ones are free. A world that never asks (``dba3c bench --scale``)
+        connects no pair of ranks for it."""
+        if self._hosts is None:
+            self._hosts = tuple(self._comm.allgather(socket.gethostname()))
+        return self._hosts
 
     def isend(self, buf: np.ndarray, dest: int, tag: int) -> Request:
         return MpiRequest(self._comm.Isend(buf, dest=dest, tag=tag))
-
-    def ranks_on_node(self) -> int:
-        """How many ranks of the world run on a host of this rank's name (collective: every
-        rank calls it at the same point; one small gather at start-up)."""
-        import socket
-
-        hosts = self._comm.allgather(socket.gethostname())
-        return hosts.count(hosts[self.rank])
 
     def irecv(self, buf: np.ndarray, source: int, tag: int) -> Request:
         src = self._mpi.ANY_SOURCE if source == ANY_SOURCE else source
@@ -240,6 +244,7 @@ class TransportView:
             raise ValueError(f"rank {world.rank} of a world of {world.size} is not in a view "
                              f"of its first {size} ranks")
         self._world, self.rank, self.size = world, world.rank, size
+        self.hosts = world.hosts[:size]
         self._offset = TAGS_PER_RUN * (run % RUN_TAG_CYCLE)
 
     def _tag(self, tag: int) -> int:
@@ -464,6 +469,7 @@ class InProcessTransport:
 
     def __init__(self, world: _World, rank: int):
         self._world, self.rank, self.size = world, rank, world.size
+        self.hosts = (socket.gethostname(),) * world.size
         self._splits_made = 0
 
     @staticmethod

@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
@@ -34,10 +35,12 @@ class Chief:
     Args:
       cfg: the resolved config. start: the checkpoint resumed from (None for a fresh run).
       layout: the parameter layout (stored in checkpoints). num_workers: gradient ranks.
+      hosts: the host of every rank, by rank (recorded in the summary as ``hosts``; a
+        resumed run records the hosts of its latest segment).
     """
 
     def __init__(self, cfg: Config, start: checkpoint.Checkpoint | None, layout: ParamLayout,
-                 num_workers: int):
+                 num_workers: int, hosts: Sequence[str]):
         self.cfg, self.layout, self.num_workers = cfg, layout, num_workers
         self.run_dir = RunDir(cfg.run.dir)
         self.run_dir.create(cfg)
@@ -74,6 +77,7 @@ class Chief:
         self.summary.setdefault("target_score", cfg.eval.target_score)
         self.summary.setdefault("time_to_target_s", None)
         self.summary["eval_protocol"] = cfg.eval.protocol
+        self.summary["hosts"] = list(hosts)
 
     # ---- inputs -------------------------------------------------------------------------
     def elapsed(self) -> float:

@@ -9,6 +9,7 @@ directory is touched.
 
 from __future__ import annotations
 
+import socket
 import sys
 
 import numpy as np
@@ -87,7 +88,7 @@ def train_single(cfg: Config, laps: WorkerLaps | None = None) -> dict:
     print("\n".join(rank_lines(0, "chief+worker", cfg.env, cfg.train, ranks_on_node=1)),
           file=sys.stderr, flush=True)
     store = LocalParameterServer(start.theta, start.opt_state, start.step, make_optimizer(cfg))
-    chief = Chief(cfg, start.ckpt, spec.layout(), num_workers=1)
+    chief = Chief(cfg, start.ckpt, spec.layout(), num_workers=1, hosts=[socket.gethostname()])
     chief.install_signal_handlers()
     evaluator = None
     if cfg.eval.every:

@@ -20,6 +20,8 @@ from dba3c.preset import from_dict
 from dba3c.training.report import WorkerReport
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from dba3c.core import Collectives, Request
     from dba3c.training.chief import Chief
 
@@ -134,6 +136,7 @@ class FakeTransport:
     """A Transport whose members fail when used: a fake overrides the ones its test needs."""
 
     rank, size = 0, 1
+    hosts: Sequence[str] = ("localhost",)
 
     def isend(self, buf: np.ndarray, dest: int, tag: int) -> Request:
         raise AssertionError("this fake transport does not send")

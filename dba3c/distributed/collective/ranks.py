@@ -116,7 +116,7 @@ def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
     from dba3c.training.chief import Chief
 
     start = load_start(cfg, spec)
-    chief = Chief(cfg, start.ckpt, spec.layout(), roles.num_workers)
+    chief = Chief(cfg, start.ckpt, spec.layout(), roles.num_workers, t.hosts)
     chief.install_signal_handlers()
     chief.extra["dist/replicas"] = roles.num_workers
     plan = make_shard_plan(cfg, spec.layout(), group.size)

@@ -73,7 +73,7 @@ def run_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
     from dba3c.training.chief import Chief
 
     start = load_start(cfg, spec)
-    chief = Chief(cfg, start.ckpt, spec.layout(), roles.num_workers)
+    chief = Chief(cfg, start.ckpt, spec.layout(), roles.num_workers, t.hosts)
     chief.install_signal_handlers()
     link = ChiefLink(t, roles, cfg, chief, spec.layout().num_params)
     link.send_init(start.step, start.theta, start.opt_state)

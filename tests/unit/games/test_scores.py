@@ -42,7 +42,7 @@ def test_score_stats():
 
 def _chief(tmp_path, config, *overrides):
     cfg = load_config(config, [f"run.dir={tmp_path}", "run.progress=none", *overrides])
-    return Chief(cfg, None, NO_PARAMS, num_workers=1)
+    return Chief(cfg, None, NO_PARAMS, num_workers=1, hosts=["h0"])
 
 
 def test_chief_writes_hns_and_the_protocol(tmp_path):

@@ -23,7 +23,7 @@ def wire(report: WorkerReport, final: bool = False) -> WorkerReport:
 def test_a_final_report_without_losses_is_left_out_of_the_loss_means(tmp_path):
     cfg = load_config(str(ROOT / "configs" / "cartpole.yaml"),
                       [f"run.dir={tmp_path}", "run.progress=none", "run.log_every=1"])
-    chief = Chief(cfg, None, NO_PARAMS, num_workers=2)
+    chief = Chief(cfg, None, NO_PARAMS, num_workers=2, hosts=["h0", "h1"])
     counters = WorkerReport(data_points=32, env_frames=32, seconds=Seconds(*[0.1] * 5))
     chief.worker_report(0, wire(replace(counters, policy_lag=1.0,
                                         losses=Losses(policy=0.5, value=2.0))))
@@ -52,7 +52,8 @@ def make_chief(run_dir: Path):
     cfg = from_dict({"env": {"id": "CartPole-v1"}, "model": {"kind": "mlp"},
                      "train": {"max_steps": 100}, "eval": {"every": 0},
                      "run": {"dir": str(run_dir), "log_every": 5, "progress": "none"}})
-    return Chief(cfg, None, make_net_spec(cfg.model, (4,), 2).layout(), num_workers=2)
+    return Chief(cfg, None, make_net_spec(cfg.model, (4,), 2).layout(), num_workers=2,
+                 hosts=["h0", "h1"])
 
 
 def test_a_run_ended_between_log_steps_still_logs_its_last_step(tmp_path):
@@ -84,3 +85,12 @@ def test_a_workers_last_report_without_losses_is_logged(tmp_path):
     record = read_jsonl(tmp_path / "metrics.jsonl")[-1]
     assert (record["step"], record["loss/total"], record["perf/policy_lag"]) == (5, 2.0, 1.0)
     assert record["loss/policy"] is None  # sent by no worker
+
+
+def test_the_summary_names_the_host_of_every_rank(tmp_path):
+    from dba3c.training.rundir import RunDir
+
+    chief = make_chief(tmp_path)
+    chief.on_step(1)
+    chief.close()
+    assert RunDir(tmp_path).read_summary()["hosts"] == ["h0", "h1"]

@@ -77,7 +77,7 @@ def _run_chief(run_dir, *overrides):
     cfg = load_config(CONFIG, [*PONG, f"run.dir={run_dir}",
                                "run.progress=none", "run.log_every=1",
                                "run.wandb=true", *overrides])
-    chief = Chief(cfg, None, NO_PARAMS, num_workers=1)
+    chief = Chief(cfg, None, NO_PARAMS, num_workers=1, hosts=["h0"])
     chief.on_step(1)
     chief.on_step(2)
     chief.on_eval(1, [-20.0, -10.0])  # an evaluation finishing after step 2 was logged
@@ -118,7 +118,7 @@ def test_real_wandb_offline_run(tmp_path):
     cfg = load_config(CONFIG, [*PONG, f"run.dir={tmp_path / 'run'}",
                                "run.progress=none", "run.log_every=1",
                                "run.wandb=true", "run.wandb_mode=offline"])
-    chief = Chief(cfg, None, NO_PARAMS, num_workers=1)
+    chief = Chief(cfg, None, NO_PARAMS, num_workers=1, hosts=["h0"])
     chief.on_step(1)
     chief.on_eval(1, [-20.7])
     log = chief.scalar_logs[-1]
