@@ -1,6 +1,8 @@
 """Every rank uses the CPUs Slurm gives it, on a local Slurm that binds tasks as most sites do
-(``slurm/local-cluster.sh start --nodes 2 --affinity``: TaskPlugin=task/affinity, each
-emulated node declaring the host's real CPU count); and srun's PMI plugin fits the MPI.
+(``slurm/local-cluster.sh start --nodes 5 --affinity``: TaskPlugin=task/affinity, each
+emulated node declaring the host's real CPU count), whichever path launched it (the sbatch
+script, ``dba3c submit``, a point of ``dba3c sweep --launcher slurm``); and srun's PMI plugin
+fits the MPI.
 
 The module starts that cluster and stops it afterwards (it differs from the other modules'
 clusters, which start their own)."""
@@ -9,10 +11,12 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT, read_jsonl
+from dba3c.training.rundir import RunDir, SweepDir
+from tests.support import ROOT, dba3c, read_jsonl
 from tests.support.cluster import running_cluster
 from tests.support.slurm import sbatch, wait_job
 
@@ -26,10 +30,10 @@ TINY = ["dist.ps=1", "eval.rank=false", "eval.every=0", "debug.synthetic_data=tr
 
 @pytest.fixture(scope="module")
 def binding():
-    """A 2-node emulated cluster whose slurmds bind tasks to their CPUs."""
+    """A 5-node emulated cluster whose slurmds bind tasks to their CPUs."""
     if NODE_CPUS < 2:
         pytest.skip("binding to a node's CPUs needs a host with 2 or more")
-    with running_cluster("--nodes", "2", "--affinity"):
+    with running_cluster("--nodes", "5", "--affinity"):
         yield
 
 
@@ -50,6 +54,16 @@ def bound(log: str) -> dict[int, tuple[int, str]]:
     """rank -> (CPUs bound, host) from the ranks' first lines."""
     return {int(r): (int(n), host) for r, host, n in re.findall(
         r"^rank (\d+) \(\S+\) on (\S+): (\d+) of \d+ CPUs bound", log, re.M)}
+
+
+def submitit_ranks(folder: Path) -> dict[str, dict[int, tuple[int, str]]]:
+    """Slurm job id -> :func:`bound` of its ranks, from the logs submitit keeps of every task
+    (``<job>_<task>_log.err``; an array task's job id is ``<job>_<index>``)."""
+    jobs: dict[str, dict[int, tuple[int, str]]] = {}
+    for log in folder.rglob("*_log.err"):
+        job = log.name.rsplit("_", 2)[0]
+        jobs.setdefault(job, {}).update(bound(log.read_text()))
+    return jobs
 
 
 def test_ranks_get_every_cpu_of_their_node_even_under_exact(binding, tmp_path):
@@ -123,3 +137,36 @@ def test_a_node_tuned_by_slurm_tune_feeds_the_cluster_job(binding, tmp_path):
     assert config["env"]["num_envs"] == tuned["env"]["num_envs"]
     assert config["train"]["inter_op_threads"] == tuned["train"]["inter_op_threads"]
     assert config["dist"]["ps"] == 1  # the job's layout, not the tuned preset's
+
+
+def test_a_submit_job_gives_each_rank_a_node_and_all_its_cpus(binding, tmp_path):
+    run, folder = tmp_path / "run", tmp_path / "submitit"
+    proc = dba3c("submit", "configs/breakout_64.yaml", "--nodes", "2", "--time", "5", "--wait",
+                 "--folder", folder / "%j", *TINY, "dist.workers=1", f"run.dir={run}",
+                 timeout=300)
+    assert f"--cpus-per-task={NODE_CPUS} (the partition's nodes have {NODE_CPUS} CPUs" \
+        in proc.stderr
+    (ranks,) = submitit_ranks(folder).values()
+    assert ranks == {0: (NODE_CPUS, "node1"), 1: (NODE_CPUS, "node2")}
+    assert RunDir(run).read_summary()["hosts"] == ["node1", "node2"]
+
+
+def test_each_sweep_point_spreads_its_ranks_over_nodes_and_is_plotted(binding, tmp_path):
+    # dist.workers=2,4 with 1 parameter server and a training chief: points of 3 and 5 ranks,
+    # one per node; synthetic compute (the layout is under test, not the learning)
+    sweep, out = tmp_path / "sweep", tmp_path / "plots"
+    dba3c("sweep", "configs/breakout_64.yaml", "--grid", "dist.workers=2,4", "--launcher",
+          "slurm", "--time", "5", "--dir", sweep, "synthetic.enabled=true",
+          "synthetic.compute_ms=10", "dist.ps=1", "eval.rank=false", "eval.every=0",
+          "train.max_steps=20", "run.log_every=1", "run.progress=none", timeout=400)
+    rows = SweepDir(sweep).read_rows()
+    assert [(r["dist.workers"], r["status"]) for r in rows] == [("2", "ok"), ("4", "ok")]
+    hosts = {r["dist.workers"]: RunDir(sweep / r["run_dir"]).read_summary()["hosts"]
+             for r in rows}
+    assert hosts == {"2": ["node1", "node2", "node3"],
+                     "4": ["node1", "node2", "node3", "node4", "node5"]}
+    # every rank of every point bound to all CPUs of its node, on the node the summary names
+    logged = sorted(submitit_ranks(SweepDir(sweep).submitit_dir).values(), key=len)
+    assert logged == [{r: (NODE_CPUS, h) for r, h in enumerate(hosts[w])} for w in ("2", "4")]
+    dba3c("plot", sweep, "--out", out)
+    assert (out / "throughput_vs_workers.png").stat().st_size > 0
