@@ -7,9 +7,11 @@ rendered with Agg, never shown); :func:`write_outputs` and :func:`plot_command` 
 
 Figures, by file stem:
 
-* from runs: ``eval_vs_time``, ``eval_vs_step``, ``online_score``, ``online_vs_step``,
-  ``throughput``, and ``sync_vs_async`` (paper fig. 3) when runs of both ``dist.mode``
-  values are present;
+* from runs: ``eval_vs_time``, ``eval_vs_step``, ``eval_vs_frames``, ``hns_vs_time``,
+  ``online_score``, ``online_vs_step``, ``throughput``, and ``sync_vs_async`` (paper fig. 3)
+  when runs of both ``dist.mode`` values are present. Runs that differ only by seed
+  (:func:`dba3c.analysis.runs.seed_groups`) are one curve: their mean with a min-max band,
+  the seed count in the legend (:func:`curve_table`);
 * from a sweep's ``sweep.csv``: ``time_to_target_vs_workers`` and ``throughput_vs_workers``
   (with the ideal linear scaling line), ``throughput_vs_hidden`` (paper fig. 6) and
   ``throughput_vs_ps`` (paper fig. 7), each only when its grid column varies in the sweep;
@@ -25,7 +27,6 @@ from __future__ import annotations
 import csv
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import mean
 from typing import Any, NamedTuple
@@ -33,6 +34,16 @@ from typing import Any, NamedTuple
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter, NullLocator
 
+from dba3c.analysis.runs import (
+    Run,
+    config_value,
+    ended_at_target,
+    group_label,
+    load_runs,
+    seed_curve,
+    seed_groups,
+    totals_at,
+)
 from dba3c.training.rundir import METRICS, RESULT_COLUMNS, SWEEP_CSV, RunDir, SweepDir
 
 Table = list[dict]
@@ -43,24 +54,9 @@ _SWEEP_RESULTS = ("run_dir", *RESULT_COLUMNS)
 _REPEAT_KEYS = ("run.seed",)
 
 
-@dataclass(frozen=True)
-class Run:
-    """The contents of one run directory.
-
-    ``name`` is the directory's name, ``config`` the nested resolved config, ``metrics`` and
-    ``evals`` the records of ``metrics.jsonl`` and ``eval.jsonl`` (empty when absent) and
-    ``summary`` the object in ``summary.json`` (empty when absent).
-    """
-
-    name: str
-    config: dict
-    metrics: list[dict]
-    evals: list[dict]
-    summary: dict
-
-
 class _Curve(NamedTuple):
-    """How to draw a per-run table: x column, y columns (solid, then dashed), labels."""
+    """How to tabulate and draw a learning curve: x column, y columns (solid, then dashed;
+    all from the same records, :data:`_COLUMNS`), labels."""
 
     x: str
     ys: tuple[str, ...]
@@ -86,12 +82,21 @@ _UPDATES = "global step [updates]"
 _EVAL_SCORE = "eval score [points/episode] (solid: mean, dashed: max)"
 _ONLINE_SCORE = "online score [points/episode]"
 _THROUGHPUT = "throughput [data points/s]"
+_FRAMES_RATE = "perf/env_frames_per_s"
+
+# a learning-curve column: the records of a run it comes from, and its key in them
+_COLUMNS = {"eval_mean": ("evals", "mean"), "eval_max": ("evals", "max"), "hns": ("evals", "hns"),
+            "online_score": ("metrics", "train/online_score"),
+            "data_points_per_s": ("metrics", "perf/data_points_per_s")}
 
 _CURVES = {
     "eval_vs_time": _Curve("minutes", ("eval_mean", "eval_max"), _MINUTES, _EVAL_SCORE,
                            "Evaluation score vs wall time"),
     "eval_vs_step": _Curve("step", ("eval_mean", "eval_max"), _UPDATES, _EVAL_SCORE,
                            "Evaluation score vs global step"),
+    "eval_vs_frames": _Curve("frames", ("eval_mean", "eval_max"),
+                             "training frames [emulator frames, all workers]", _EVAL_SCORE,
+                             "Evaluation score vs training frames"),
     "hns_vs_time": _Curve("minutes", ("hns",), _MINUTES,
                           "human-normalized score (0: random, 1: human)",
                           "Human-normalized evaluation score vs wall time"),
@@ -133,65 +138,69 @@ _SCALE = {
         "Throughput vs model size (emulated)"),
 }
 
-# ---- reading ------------------------------------------------------------------------------
-
-
-def load_run(run_dir: str | Path) -> Run:
-    """Read a run directory (``metrics.jsonl`` required; ``config.yaml``, ``eval.jsonl`` and
-    ``summary.json`` optional). Raises ValueError for a missing or malformed file."""
-    run = RunDir(run_dir)
-    if not run.is_run():
-        raise ValueError(f"{run_dir}: not a run directory (no {METRICS})")
-    return Run(name=run.path.resolve().name, config=run.read_config(),
-               metrics=run.read_metrics(), evals=run.read_evals(), summary=run.read_summary())
-
-
-def _config_value(config: dict, dotted: str) -> Any:
-    """``config['a']['b']`` for ``'a.b'``; None where a key is missing."""
-    node: Any = config
-    for key in dotted.split("."):
-        if not isinstance(node, dict):
-            return None
-        node = node.get(key)
-    return node
-
-
 # ---- tables -------------------------------------------------------------------------------
 
 
-def _run_rows(runs: list[Run], records: Callable[[Run], list[dict]],
-              columns: dict[str, str]) -> Table:
-    """One row (run, step, minutes, then ``columns`` renamed from their record keys) per
-    record that has a step, a time and every one of ``columns``."""
+def _run_rows(run: Run, spec: _Curve) -> Table:
+    """One row (step, minutes, frames when the x is frames, then the y columns) per record
+    of the run that has a step, a time and every y column. ``frames`` are the training
+    frames at the record's step (:func:`dba3c.analysis.runs.totals_at`)."""
+    source = _COLUMNS[spec.ys[0]][0]
     rows = []
-    for run in runs:
-        for record in records(run):
-            values = {name: record.get(key) for name, key in columns.items()}
-            if record.get("step") is None or record.get("time_s") is None or \
-                    None in values.values():
-                continue
-            rows.append({"run": run.name, "step": record["step"],
-                         "minutes": record["time_s"] / 60, **values})
+    for record in getattr(run, source):
+        values = {y: record.get(_COLUMNS[y][1]) for y in spec.ys}
+        if record.get("step") is None or record.get("time_s") is None or \
+                None in values.values():
+            continue
+        rows.append({"step": record["step"], "minutes": record["time_s"] / 60, **values})
+    if spec.x == "frames":
+        frames = totals_at(run.metrics, _FRAMES_RATE, [row["step"] for row in rows])
+        rows = [{"step": row.pop("step"), "minutes": row.pop("minutes"), "frames": f, **row}
+                for row, f in zip(rows, frames)]
     return rows
+
+
+def _seed_rows(runs: list[Run], spec: _Curve) -> Table:
+    """The seeds of one experiment as one curve (:func:`dba3c.analysis.runs.seed_curve`):
+    rows of ``run`` (the group's label and seed count), ``seeds`` (present at this x), the
+    x, and for each y column its mean over those seeds, ``<y>_min`` and ``<y>_max``. In
+    evaluation curves a seed that ended at its target keeps its last score to the end."""
+    per_run = [_run_rows(run, spec) for run in runs]
+    held = [_COLUMNS[spec.ys[0]][0] == "evals" and ended_at_target(run) for run in runs]
+    label = f"{group_label(runs)} ({len(runs)} seeds)"
+    curves = {y: seed_curve([(_column(rows, spec.x), _column(rows, y)) for rows in per_run],
+                            held) for y in spec.ys}
+    table = []
+    for points in zip(*curves.values()):
+        row = {"run": label, "seeds": points[0][1].n, spec.x: points[0][0]}
+        for y, (_, stats) in zip(spec.ys, points):
+            row |= {y: stats.mean, f"{y}_min": stats.low, f"{y}_max": stats.high}
+        table.append(row)
+    return table
+
+
+def curve_table(runs: list[Run], spec: _Curve) -> Table:
+    """One learning curve's table: a run alone as its rows (:func:`_run_rows`, with column
+    ``run`` its name first), the seeds of one experiment
+    (:func:`dba3c.analysis.runs.seed_groups`) as one curve (:func:`_seed_rows`)."""
+    table = []
+    for group in seed_groups(runs):
+        if len(group) == 1:
+            table += [{"run": group[0].name, **row} for row in _run_rows(group[0], spec)]
+        else:
+            table += _seed_rows(group, spec)
+    return table
 
 
 def learning_curve_tables(runs: list[Run]) -> dict[str, Table]:
     """The tables behind :func:`learning_curves`, by figure name (empty ones left out).
 
-    Columns: ``run``, ``step``, ``minutes``, then ``eval_mean`` and ``eval_max`` (eval
-    figures), ``hns`` (Atari-57 games only), ``online_score`` or ``data_points_per_s``.
+    Columns of a run's rows: ``run``, ``step``, ``minutes`` (and ``frames``), then
+    ``eval_mean`` and ``eval_max`` (eval figures), ``hns`` (Atari-57 games only),
+    ``online_score`` or ``data_points_per_s``; runs that differ only by seed share one
+    curve (:func:`curve_table`).
     """
-    evals = _run_rows(runs, lambda run: run.evals, {"eval_mean": "mean", "eval_max": "max"})
-    online = _run_rows(runs, lambda run: run.metrics, {"online_score": "train/online_score"})
-    tables = {
-        "eval_vs_time": evals,
-        "eval_vs_step": evals,
-        "hns_vs_time": _run_rows(runs, lambda run: run.evals, {"hns": "hns"}),
-        "online_score": online,
-        "online_vs_step": online,
-        "throughput": _run_rows(runs, lambda run: run.metrics,
-                                {"data_points_per_s": "perf/data_points_per_s"}),
-    }
+    tables = {name: curve_table(runs, spec) for name, spec in _CURVES.items()}
     return {name: table for name, table in tables.items() if table}
 
 
@@ -200,10 +209,10 @@ def sync_vs_async_table(runs: list[Run]) -> Table:
     ``step``, ``minutes``, ``online_score``; empty unless both modes have scores."""
     rows = []
     for run in runs:
-        mode = _config_value(run.config, "dist.mode")
+        mode = config_value(run.config, "dist.mode")
         if mode in ("sync", "async"):
-            rows += [{"mode": mode, **row} for row in
-                     _run_rows([run], lambda r: r.metrics, {"online_score": "train/online_score"})]
+            rows += [{"mode": mode, "run": run.name, **row}
+                     for row in _run_rows(run, _CURVES["online_score"])]
     return rows if {row["mode"] for row in rows} == {"sync", "async"} else []
 
 
@@ -323,12 +332,18 @@ def _column(rows: Table, key: str) -> list:
 
 
 def _draw_curves(table: Table, spec: _Curve) -> Figure:
-    """One colour per run; the first y column solid and in the legend, the second dashed."""
+    """One colour per run or group of seeds; the first y column solid and in the legend, the
+    second dashed; a group of seeds is its mean, with the first column's min-max band."""
     figure, axes = _axes(spec.title, spec.xlabel, spec.ylabel)
     for index, (run, rows) in enumerate(_groups(table, "run").items()):
+        xs, colour = _column(rows, spec.x), f"C{index % 10}"
         for y, style in zip(spec.ys, ("-", "--")):
-            axes.plot(_column(rows, spec.x), _column(rows, y), style, color=f"C{index % 10}",
+            axes.plot(xs, _column(rows, y), style, color=colour,
                       label=run if style == "-" else "_nolegend_")
+        if "seeds" in rows[0]:
+            y = spec.ys[0]
+            axes.fill_between(xs, _column(rows, f"{y}_min"), _column(rows, f"{y}_max"),
+                              color=colour, alpha=0.2, linewidth=0)
     axes.legend(fontsize="small")
     return figure
 
@@ -387,10 +402,11 @@ def draw_figure(name: str, table: Table) -> Figure:
 
 
 def learning_curves(runs: list[Run]) -> dict[str, Figure]:
-    """Figures ``eval_vs_time`` and ``eval_vs_step`` (eval mean solid, max dashed),
-    ``hns_vs_time`` (the human-normalized eval mean, for Atari-57 games), ``online_score``
-    and ``throughput`` (vs wall minutes), ``online_vs_step`` (the online score vs updates),
-    one colour per run."""
+    """Figures ``eval_vs_time``, ``eval_vs_step`` and ``eval_vs_frames`` (eval mean solid,
+    max dashed), ``hns_vs_time`` (the human-normalized eval mean, for Atari-57 games),
+    ``online_score`` and ``throughput`` (vs wall minutes), ``online_vs_step`` (the online
+    score vs updates), one colour per run; runs that differ only by seed as their mean with
+    a min-max band, the seed count in the legend."""
     return {name: draw_figure(name, table)
             for name, table in learning_curve_tables(runs).items()}
 
@@ -422,22 +438,19 @@ def write_outputs(figures_and_tables: dict[str, tuple[Figure, Table]],
     for name, (figure, table) in figures_and_tables.items():
         png, table_path = out_dir / f"{name}.png", out_dir / f"{name}.csv"
         figure.savefig(png, dpi=120)
-        columns = list(dict.fromkeys(key for row in table for key in row))
-        with open(table_path, "w", newline="", encoding="utf-8") as file:
-            writer = csv.DictWriter(file, fieldnames=columns, restval="")
-            writer.writeheader()
-            writer.writerows(table)
+        write_csv(table_path, table)
         written += [png, table_path]
     return written
 
 
-def _load_runs(run_dirs: list[Path]) -> list[Run]:
-    """Each directory once; runs whose names clash are named ``parent/name``."""
-    unique = list(dict.fromkeys(path.resolve() for path in run_dirs))
-    runs = [load_run(path) for path in unique]
-    clashes = Counter(run.name for run in runs)
-    return [replace(run, name=f"{path.parent.name}/{run.name}") if clashes[run.name] > 1
-            else run for path, run in zip(unique, runs)]
+def write_csv(path: Path, table: Table) -> None:
+    """Write a table as CSV: columns in order of first appearance, empty cells for missing
+    values."""
+    columns = list(dict.fromkeys(key for row in table for key in row))
+    with open(path, "w", newline="", encoding="utf-8") as file:
+        writer = csv.DictWriter(file, fieldnames=columns, restval="")
+        writer.writeheader()
+        writer.writerows(table)
 
 
 def plot_command(paths: list, out_dir: str | Path) -> list[Path]:
@@ -466,7 +479,7 @@ def plot_command(paths: list, out_dir: str | Path) -> list[Path]:
             raise ValueError(f"{path}: expected a run directory (with {METRICS}), a "
                              f"sweep directory (with {SWEEP_CSV}) or the .json results of "
                              f"dba3c bench --scale")
-    runs = _load_runs(run_dirs)
+    runs = load_runs(run_dirs)
     tables = [("", learning_curve_tables(runs)),
               ("", {"sync_vs_async": sync_vs_async_table(runs)})]
     tables += [(f"{path.name}_" if len(sweeps) > 1 else "", scaling_tables(rows))

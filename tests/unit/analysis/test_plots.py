@@ -8,6 +8,8 @@ import pytest
 import yaml
 
 from dba3c.analysis import plots
+from dba3c.analysis.runs import load_run, load_runs
+from tests.support.rundirs import FRAMES_PER_S, write_run
 
 
 def make_run(root, name, *, mode="sync", workers=1, scores=(1.0, 2.0, 3.0), evals=True):
@@ -78,7 +80,7 @@ def as_csv_rows(rows):
 
 
 def test_load_run_reads_every_file(tmp_path):
-    run = plots.load_run(make_run(tmp_path, "a"))
+    run = load_run(make_run(tmp_path, "a"))
     assert run.name == "a"
     assert run.config["dist"]["mode"] == "sync"
     assert [m["step"] for m in run.metrics] == [10, 20, 30]  # trailing blank line skipped
@@ -87,7 +89,7 @@ def test_load_run_reads_every_file(tmp_path):
 
 
 def test_load_run_without_optional_files(tmp_path):
-    run = plots.load_run(make_run(tmp_path, "a", evals=False))
+    run = load_run(make_run(tmp_path, "a", evals=False))
     assert run.evals == [] and run.summary == {}
 
 
@@ -96,22 +98,22 @@ def test_malformed_metrics_line_names_file_and_line(tmp_path):
     with open(run_dir / "metrics.jsonl", "a") as file:
         file.write('{"step": 40, "time_s": \n')
     with pytest.raises(ValueError, match=r"metrics\.jsonl: line 5 "):
-        plots.load_run(run_dir)
+        load_run(run_dir)
 
 
 def test_a_torn_last_metrics_line_of_a_live_run_is_skipped(tmp_path):
     run_dir = make_run(tmp_path, "a")
     with open(run_dir / "metrics.jsonl", "a") as file:
         file.write('{"step": 40, "time_s": 24')  # the chief is mid-write: no newline yet
-    assert [m["step"] for m in plots.load_run(run_dir).metrics] == [10, 20, 30]
+    assert [m["step"] for m in load_run(run_dir).metrics] == [10, 20, 30]
 
 
 def test_learning_curves(tmp_path):
-    runs = [plots.load_run(make_run(tmp_path, "a")),
-            plots.load_run(make_run(tmp_path, "b", scores=(None, 4.0, 6.0)))]
+    runs = [load_run(make_run(tmp_path, "a")),
+            load_run(make_run(tmp_path, "b", workers=2, scores=(None, 4.0, 6.0)))]
     figures = plots.learning_curves(runs)
-    assert set(figures) == {"eval_vs_time", "eval_vs_step", "online_score", "online_vs_step",
-                            "throughput"}
+    assert set(figures) == {"eval_vs_time", "eval_vs_step", "eval_vs_frames", "online_score",
+                            "online_vs_step", "throughput"}
 
     evals = figures["eval_vs_time"]
     assert len(evals.axes[0].get_lines()) == 4  # mean and max per run
@@ -141,8 +143,45 @@ def test_learning_curves(tmp_path):
     assert legend_labels(figures["throughput"]) == ["a", "b"]
 
 
+def test_seeds_of_one_config_are_drawn_as_their_mean_with_a_min_max_band(tmp_path):
+    # seed 1 stops at its target (20.5 at 2 min) and keeps that score; seed 2 ends at 2 min
+    # below it and leaves the curve after its last evaluation
+    target = {"target_score": 20}
+    seeds = [write_run(tmp_path / "pong_64" / "seed0", seed=0, eval=target,
+                       metrics_times=[60, 120, 180], evals=[(60, -20.0), (180, -10.0)]),
+             write_run(tmp_path / "pong_64" / "seed1", seed=1,
+                       eval={**target, "stop_at_target": True}, metrics_times=[60, 120],
+                       evals=[(120, 20.5)]),
+             write_run(tmp_path / "pong_64" / "seed2", seed=2, eval=target,
+                       metrics_times=[60, 120], evals=[(60, -21.0), (120, -15.0)])]
+    other = write_run(tmp_path / "other", eval=target, train={"lr": 2e-3}, metrics_times=[60],
+                      evals=[(60, 0.0)])
+    tables = plots.learning_curve_tables(load_runs([*seeds, other]))
+    label = "pong_64 (3 seeds)"
+    by_time = [(r["run"], r.get("seeds"), r["minutes"], r["eval_mean"], r.get("eval_mean_min"),
+                r.get("eval_mean_max")) for r in tables["eval_vs_time"]]
+    assert by_time == [(label, 2, 1.0, -20.5, -21.0, -20.0),
+                       (label, 3, 2.0, pytest.approx(-14.5 / 3), -20.0, 20.5),
+                       (label, 2, 3.0, 5.25, -10.0, 20.5),
+                       ("other", None, 1.0, 0.0, None, None)]
+    assert tables["eval_vs_time"][0]["eval_max"] == -19.5  # each game's max: mean + 1
+    assert tables["eval_vs_time"][-1] == {"run": "other", "step": 10, "minutes": 1.0,
+                                          "eval_mean": 0.0, "eval_max": 1.0}  # as before
+    # against frames: each evaluation at the frames emulated by its step (steps 10, 20 are
+    # the metrics lines at 60 s and 120 s)
+    by_frames = [(r["seeds"], r["frames"], r["eval_mean"]) for r in tables["eval_vs_frames"]
+                 if r["run"] == label]
+    assert by_frames == [(3, 60 * FRAMES_PER_S, pytest.approx(-20.5 / 3)),
+                         (3, 120 * FRAMES_PER_S, -1.5)]
+
+    figure = plots.draw_figure("eval_vs_time", tables["eval_vs_time"])
+    assert legend_labels(figure) == [label, "other"]
+    (band,) = figure.axes[0].collections  # the seeds' min-max band; none for a single run
+    assert np.asarray(band.get_paths()[0].vertices)[:, 1].min() == -21.0
+
+
 def test_learning_curves_leave_out_empty_figures(tmp_path):
-    runs = [plots.load_run(make_run(tmp_path, "a", evals=False))]
+    runs = [load_run(make_run(tmp_path, "a", evals=False))]
     assert set(plots.learning_curves(runs)) == {"online_score", "online_vs_step", "throughput"}
 
 
@@ -208,15 +247,15 @@ def test_hidden_and_ps_figures():
 
 
 def test_sync_vs_async(tmp_path):
-    sync = plots.load_run(make_run(tmp_path, "s", mode="sync"))
+    sync = load_run(make_run(tmp_path, "s", mode="sync"))
     assert plots.sync_vs_async([sync]) is None
-    other = plots.load_run(make_run(tmp_path, "x", mode="async", scores=(0.5, 1.0, 1.5)))
+    other = load_run(make_run(tmp_path, "x", mode="async", scores=(0.5, 1.0, 1.5)))
     figure = plots.sync_vs_async([sync, other])
     assert figure is not None
     assert legend_labels(figure) == ["sync", "async"]
     assert "[min]" in figure.axes[0].get_xlabel()
     assert list(lines_by_label(figure)["async"].get_ydata()) == [0.5, 1.0, 1.5]
-    second = plots.load_run(make_run(tmp_path, "t", mode="sync"))
+    second = load_run(make_run(tmp_path, "t", mode="sync"))
     labels = legend_labels(plots.sync_vs_async([sync, other, second]))
     assert labels == ["sync (s)", "async", "sync (t)"]
 
@@ -240,12 +279,12 @@ def test_plot_command_on_sweep_and_run(tmp_path):
         {"dist.workers": 2, "data_points_per_s": 190, "time_to_target_s": 55,
          "dist.mode": "async"},
     ])
-    single = make_run(tmp_path, "single")
+    single = make_run(tmp_path, "single", workers=4)
     out = tmp_path / "figures"
     written = plots.plot_command([str(sweep), single, sweep / "run-0"], out)
     names = {path.name for path in written}
-    stems = ["eval_vs_time", "eval_vs_step", "online_score", "online_vs_step", "throughput",
-             "sync_vs_async",
+    stems = ["eval_vs_time", "eval_vs_step", "eval_vs_frames", "online_score",
+             "online_vs_step", "throughput", "sync_vs_async",
              "time_to_target_vs_workers", "throughput_vs_workers"]
     assert names == {f"{stem}.{ext}" for stem in stems for ext in ("png", "csv")}
     assert all(path.stat().st_size > 0 for path in written)
