@@ -1,0 +1,158 @@
+"""Real TensorFlow ranks on one multi-core machine: what the collective mode's overlap costs
+a rank that trains, with overlap on and off on the same layout.
+
+    python -m dba3c.benchmarks.real_ranks --ranks 4 --cores 4 --repeats 2
+    python -m dba3c.benchmarks.real_ranks --ranks 2 --cores 1 --steps 12 --repeats 1  # 2 cores
+
+Each run is ``dba3c train`` under the MPI library's ``mpiexec``: ``--ranks`` training
+workers of the paper network (the preset's simulators, mini-batch and FC size) in the
+collective mode (no parameter server, no evaluator, no checkpoints), each rank bound to
+``--cores`` CPUs of its own (hydra's ``-bind-to core:N``; a rank sizes its pools from them).
+With ``--link RATE`` (root, ``tc``) the ranks talk TCP over the loopback shaped at RATE x
+ranks, the same total capacity as a link per rank (not per-pair fairness); without it MPICH
+moves the bytes through shared memory, so there is nothing to hide and the difference
+between the modes is the overlap's own cost. The runs alternate (off, on, off, on, ...), so
+drift of the machine falls on both modes alike.
+
+Figures per run: the median seconds per step over the second half of its steps (the first
+half holds TensorFlow's tracing and the simulators' start), the data points per second over
+the same steps, and the CPU seconds every rank used per step (the children's rusage of the
+whole job divided by its steps: start-up included, so compare the modes, not the
+absolutes). The overhead is (on - off) / off of the medians of the per-run medians. Results
+go to ``--out`` (JSON) with the machine and the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from dba3c.benchmarks.record import machine_description, write_results
+from dba3c.launchers.local import launch_command, launch_environment
+from dba3c.training.rundir import RunDir
+
+
+def step_seconds(times_s: list[float]) -> list[float]:
+    """Seconds of each step from the wall times at which steps 1, 2, ... ended:
+    ``dt_i = t_{i+1} - t_i`` (one fewer than the times)."""
+    return [b - a for a, b in zip(times_s, times_s[1:])]
+
+
+def steady_median(times_s: list[float]) -> float:
+    """The median step time over the second half of the steps (needs 4 or more times)."""
+    if len(times_s) < 4:
+        raise ValueError(f"{len(times_s)} logged steps: need 4 or more")
+    dts = step_seconds(times_s)
+    return statistics.median(dts[len(dts) // 2:])
+
+
+def overhead(on_s: list[float], off_s: list[float]) -> float:
+    """The overlap's relative cost: ``(median(on) - median(off)) / median(off)``."""
+    off = statistics.median(off_s)
+    return (statistics.median(on_s) - off) / off
+
+
+def overrides(ranks: int, steps: int, overlap: bool, run_dir: Path) -> list[str]:
+    """The config of one run: the preset's node, ``ranks`` collective workers, nothing but
+    training."""
+    return [f"dist.workers={ranks}", "dist.ps=0", "dist.aggregation=collective",
+            f"dist.collective_overlap={str(overlap).lower()}", "eval.rank=false",
+            "eval.every=0", "eval.stop_at_target=false", f"train.max_steps={steps}",
+            "train.max_seconds=0", "run.log_every=1", "run.checkpoint_every=0",
+            "run.progress=none", f"run.dir={run_dir}"]
+
+
+def run_once(config: str, ranks: int, cores: int, steps: int, overlap: bool, run_dir: Path,
+             tcp: bool) -> dict:
+    """One job; its figures (see the module docstring)."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cmd = launch_command(config, overrides(ranks, steps, overlap, run_dir), workers=ranks,
+                         ps=0, evaluator=False, mpiexec_args=["-bind-to", f"core:{cores}"])
+    env = launch_environment()
+    if tcp:  # every pair through the (shaped) loopback, as between nodes
+        env.update(MPIR_CVAR_NOLOCAL="1", MPIR_CVAR_CH4_NETMOD="ofi", FI_PROVIDER="tcp")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    proc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True)
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"exit {proc.returncode}: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
+    metrics = [m for m in RunDir(run_dir).read_metrics() if "time_s" in m]
+    times = [m["time_s"] for m in metrics]
+    half = metrics[len(metrics) // 2:]
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return {"overlap": overlap, "step_s": steady_median(times),
+            "data_points_per_s": statistics.mean(m["perf/data_points_per_s"] for m in half),
+            "cpu_s_per_step": cpu / steps, "wall_s": wall, "steps": len(metrics),
+            "first_lines": [line for line in proc.stderr.splitlines()
+                            if line.startswith("rank ")][:ranks]}
+
+
+def shape_loopback(rate: str | None) -> None:
+    """Rate-limit the loopback with a token bucket at ``rate`` (tc units), or remove it."""
+    subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True)
+    if rate:
+        subprocess.run(["tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", rate,
+                        "burst", "4mb", "latency", "50ms"], check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m dba3c.benchmarks.real_ranks",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--config", default="configs/breakout_64.yaml")
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--cores", type=int, default=4, help="CPUs bound to each rank")
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--repeats", type=int, default=2, help="runs of each mode")
+    p.add_argument("--link", default=None, help="e.g. 10gbit: TCP over a shaped loopback")
+    p.add_argument("--work-dir", default="runs/real_ranks")
+    p.add_argument("--out", default="bench/real_ranks.json")
+    args = p.parse_args(argv)
+    if args.ranks * args.cores > (os.cpu_count() or 1):
+        print(f"error: --ranks {args.ranks} x --cores {args.cores} needs "
+              f"{args.ranks * args.cores} CPUs; this machine has {os.cpu_count()}",
+              file=sys.stderr)
+        return 2
+    if args.link:
+        rate_number = "".join(c for c in args.link if c.isdigit() or c == ".")
+        shape_loopback(f"{float(rate_number) * args.ranks:g}{args.link[len(rate_number):]}")
+    runs = []
+    try:
+        for i in range(args.repeats):
+            for overlap in (False, True):
+                run = run_once(args.config, args.ranks, args.cores, args.steps, overlap,
+                               Path(args.work_dir) / f"{i}-{'on' if overlap else 'off'}",
+                               tcp=args.link is not None)
+                runs.append(run)
+                print(f"real_ranks: run {len(runs)}/{2 * args.repeats}: overlap "
+                      f"{'on ' if overlap else 'off'} {run['step_s']:.4f} s/step, "
+                      f"{run['data_points_per_s']:.0f} data points/s, "
+                      f"{run['cpu_s_per_step']:.3f} CPU s/step", file=sys.stderr, flush=True)
+    finally:
+        if args.link:
+            shape_loopback(None)
+    on = [r["step_s"] for r in runs if r["overlap"]]
+    off = [r["step_s"] for r in runs if not r["overlap"]]
+    results = {"machine": machine_description(), "ranks": args.ranks, "cores": args.cores,
+               "config": args.config, "link": args.link or "shared memory",
+               "command": "python -m dba3c.benchmarks.real_ranks " + " ".join(
+                   argv if argv is not None else sys.argv[1:]),
+               "overhead": overhead(on, off), "runs": runs}
+    write_results(results, Path(args.out))
+    print(f"real_ranks: overlap costs {100 * results['overhead']:+.1f}% a step "
+          f"({statistics.median(on):.4f} s on, {statistics.median(off):.4f} s off); "
+          f"{args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""The real-ranks bench's arithmetic, on hand-computed step times."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dba3c.benchmarks.real_ranks import overhead, overrides, steady_median, step_seconds
+
+
+def test_step_seconds_are_the_gaps_between_step_ends():
+    assert step_seconds([1.0, 1.5, 2.25, 3.0]) == [0.5, 0.75, 0.75]
+
+
+def test_the_steady_median_ignores_the_first_half_of_the_steps():
+    # gaps 5, 4, 0.5, 0.3, 0.4, 0.6: the second half (0.3, 0.4, 0.6) has median 0.4
+    times = [0.0, 5.0, 9.0, 9.5, 9.8, 10.2, 10.8]
+    assert steady_median(times) == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="need 4 or more"):
+        steady_median([0.0, 1.0, 2.0])
+
+
+def test_overhead_compares_the_medians_of_the_two_modes():
+    # on: median 0.33; off: median 0.30 -> +10%
+    assert overhead([0.33, 0.31, 0.40], [0.30, 0.29, 0.35]) == pytest.approx(0.1)
+
+
+def test_a_run_trains_only_in_the_collective_mode():
+    args = dict(item.partition("=")[::2] for item in overrides(4, 40, True, Path("R")))
+    assert args["dist.workers"] == "4" and args["dist.ps"] == "0"
+    assert args["dist.aggregation"] == "collective" and args["dist.collective_overlap"] == "true"
+    assert args["eval.every"] == "0" and args["run.dir"] == "R"
