@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import pytest
 
+from dba3c.analysis.paper import paper_result, table3
+from dba3c.analysis.runs import flat_config
 from dba3c.distributed.roles import make_roles, required_world_size
 from dba3c.errors import UserError
 from dba3c.preset import from_dict, load_config, validate
 from tests.support import ROOT
 
-PRESETS = sorted((ROOT / "configs").glob("*.yaml"))
+PRESETS = sorted((ROOT / "configs").rglob("*.yaml"))
 
 
 @pytest.mark.parametrize("kind, size, smallest", [("a3c_ff", 19, 20), ("ba3c", 51, 52)])
@@ -27,7 +29,8 @@ def test_a_frame_too_small_for_the_network_is_a_user_error(kind, size, smallest)
 
 # --------------------------------------------------------------------------- presets
 
-@pytest.mark.parametrize("path", PRESETS, ids=[p.stem for p in PRESETS])
+@pytest.mark.parametrize("path", PRESETS, ids=[str(p.relative_to(ROOT / "configs"))
+                                               for p in PRESETS])
 def test_every_preset_loads_and_validates(path):
     cfg = load_config(str(path))
     assert validate(cfg) is cfg
@@ -47,6 +50,29 @@ def test_breakout_64_preset_is_the_papers_best_run():
     roles = make_roles(69, cfg)
     assert roles.num_workers == 64 and roles.replicas == 64
     assert roles.ps == (1, 2, 3, 4) and roles.evaluator == 5
+
+
+@pytest.mark.parametrize("game", list(table3()))
+def test_the_paper_presets_of_a_game_aim_at_its_score_in_table_3(game):
+    for layout in ("1node", "64"):
+        cfg = load_config(str(ROOT / f"configs/paper/{game}_{layout}.yaml"))
+        assert (cfg.env.id, cfg.eval.target_score) == (game, paper_result(game).score)
+        assert (cfg.eval.episodes, cfg.eval.greedy, cfg.eval.noop_max) == (50, True, 30)
+        assert cfg.run.dir == f"runs/paper/{game}_{layout}"
+
+
+@pytest.mark.parametrize("game", list(table3()))
+def test_a_64_node_paper_preset_is_the_papers_best_run_on_its_game(game):
+    cfg = load_config(str(ROOT / f"configs/paper/{game}_64.yaml"))
+    mine, best = (flat_config(c.to_dict()) for c in (cfg, load_config(
+        str(ROOT / "configs/breakout_64.yaml"))))
+    assert {key for key in mine if mine[key] != best[key]} <= {
+        "env.id", "eval.target_score", "train.max_seconds", "run.dir", "adam.epsilon"}
+    # the paper's small epsilon slowed Pong, and only Pong
+    assert cfg.adam.epsilon == (1e-3 if game == "pong" else 1e-8)
+    # it stops at the paper's score, or after twice the paper's time (2 h at least)
+    assert cfg.eval.stop_at_target
+    assert cfg.train.max_seconds == max(2 * paper_result(game).hours * 3600, 7200)
 
 
 # what a CartPole version keeps of its Atari preset (the rest: network, reward clipping,
