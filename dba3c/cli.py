@@ -159,6 +159,11 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plot", help="learning curves and scaling figures (PNG + CSV)")
     p.add_argument("paths", nargs="+", help="run or sweep directories")
     p.add_argument("--out", required=True, help="output directory")
+
+    p = sub.add_parser("table", help="runs of the paper's games beside its Table 3: per game "
+                       "and config, across seeds (Markdown + CSV + figure)")
+    p.add_argument("paths", nargs="+", metavar="RUN_DIR", help="run directories")
+    p.add_argument("--out", required=True, help="output directory")
     return parser
 
 
@@ -303,6 +308,20 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_table(args: argparse.Namespace) -> int:
+    """``dba3c table``: print the Markdown table, then the files written."""
+    from dba3c.analysis.table import table_command
+
+    try:
+        text, written = table_command(args.paths, args.out)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    print(text)
+    for path in written:
+        print(path)
+    return 0
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``dba3c sweep``: run the grid, write SWEEP/sweep.csv, print its path."""
     from dba3c.launchers.slurm_site import site_from_args
@@ -405,7 +424,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 COMMANDS = {"train": cmd_train, "describe": cmd_describe, "keys": cmd_keys,
             "evaluate": cmd_evaluate,
-            "launch": cmd_launch, "plot": cmd_plot, "sweep": cmd_sweep,
+            "launch": cmd_launch, "plot": cmd_plot, "table": cmd_table, "sweep": cmd_sweep,
             "bench": cmd_bench, "tune": cmd_tune, "doctor": cmd_doctor}
 
 if __name__ == "__main__":
