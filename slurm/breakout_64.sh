@@ -107,11 +107,15 @@ while true; do  # `wait` returns early when a trapped signal arrives; wait again
 done
 
 # Requeue when the run stopped for a signal (here, or delivered to the ranks by
-# `scancel --signal=USR2`), not when it finished.
+# `scancel --signal=USR2`), not when it finished. A task of a job array (slurm/paper_table.sh)
+# is requeued alone, as ARRAY_TASK: one of its tasks has the array's own id as SLURM_JOB_ID,
+# and requeueing that id would requeue every task, finished or running.
+job=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}
+job=${job:-${SLURM_JOB_ID:-}}
 reason=$(python3 -c 'import sys; from dba3c.training.rundir import RunDir
 print(RunDir(sys.argv[1]).read_summary().get("stop_reason") or "")' "$RUN_DIR" 2>/dev/null)
-if [[ $rc == 0 && ( $signalled == 1 || $reason == signal* ) && -n ${SLURM_JOB_ID:-} ]]; then
-    echo "dba3c: stopped by ${reason:-a signal}; requeueing job $SLURM_JOB_ID to resume from $RUN_DIR"
-    scontrol requeue "$SLURM_JOB_ID"
+if [[ $rc == 0 && ( $signalled == 1 || $reason == signal* ) && -n $job ]]; then
+    echo "dba3c: stopped by ${reason:-a signal}; requeueing job $job to resume from $RUN_DIR"
+    scontrol requeue "$job"
 fi
 exit "$rc"
