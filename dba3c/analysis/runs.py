@@ -11,6 +11,7 @@ Everything but :func:`load_run` and :func:`load_runs` is pure.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -105,12 +106,17 @@ def seed_groups(runs: list[Run]) -> list[list[Run]]:
 
 def group_label(runs: list[Run]) -> str:
     """A seed group's name: its runs' common parent directory when they share one (e.g.
-    ``breakout_64`` for ``runs/paper/breakout_64/seed0``, ``seed1``, ...), else their names
-    joined by ``+``; a single run's own name."""
-    parents = {run.path.parent for run in runs}
+    ``breakout_64`` for ``runs/paper/breakout_64/seed0``, ``seed1``, ...), else the start
+    their names share, when it is one of them or ends at a ``-``, ``_`` or ``.`` (``pong``
+    for ``pong`` and ``pong-seed1``, ``pong_64`` for ``pong_64_s0`` and ``pong_64_s1``, none
+    for ``run10`` and ``run11``), else their names joined by ``+``; a single run's name."""
+    parents, names = {run.path.parent for run in runs}, [run.name for run in runs]
     if len(runs) > 1 and len(parents) == 1:
         return parents.pop().name
-    return "+".join(run.name for run in runs)
+    shared = os.path.commonprefix(names)
+    if shared not in names:
+        shared = shared[:max(0, *map(shared.rfind, "-_."))]
+    return shared.rstrip("-_.") or "+".join(names)
 
 
 def cumulative(metrics: list[dict], rate: str) -> list[float]:

@@ -50,6 +50,11 @@ def test_group_label_is_the_shared_parent_or_the_names():
     seeds = [run_of("seed0", "/runs/pong_64/seed0"), run_of("seed1", "/runs/pong_64/seed1")]
     assert R.group_label(seeds) == "pong_64"
     assert R.group_label([run_of("a", "/x/a"), run_of("b", "/y/b")]) == "a+b"
+    for names, label in ((["pong", "pong-seed1"], "pong"),
+                         (["pong_64_s0", "pong_64_s1"], "pong_64"),
+                         (["run10", "run11"], "run10+run11")):
+        assert R.group_label([run_of(name, f"/{index}/{name}")
+                              for index, name in enumerate(names)]) == label
     assert R.group_label([run_of("seed0", "/runs/pong_64/seed0")]) == "seed0"
 
 
