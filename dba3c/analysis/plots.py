@@ -162,12 +162,14 @@ def _run_rows(run: Run, spec: _Curve) -> Table:
 
 def _seed_rows(runs: list[Run], spec: _Curve) -> Table:
     """The seeds of one experiment as one curve (:func:`dba3c.analysis.runs.seed_curve`):
-    rows of ``run`` (the group's label and seed count), ``seeds`` (present at this x), the
-    x, and for each y column its mean over those seeds, ``<y>_min`` and ``<y>_max``. In
-    evaluation curves a seed that ended at its target keeps its last score to the end."""
+    rows of ``run`` (the group's label and seed count, or its run count where a seed
+    repeats), ``seeds`` (present at this x), the x, and for each y column its mean over
+    those seeds, ``<y>_min`` and ``<y>_max``. In evaluation curves a seed that ended at its
+    target keeps its last score to the end."""
     per_run = [_run_rows(run, spec) for run in runs]
     held = [_COLUMNS[spec.ys[0]][0] == "evals" and ended_at_target(run) for run in runs]
-    label = f"{group_label(runs)} ({len(runs)} seeds)"
+    distinct = len({config_value(run.config, "run.seed") for run in runs}) == len(runs)
+    label = f"{group_label(runs)} ({len(runs)} {'seeds' if distinct else 'runs'})"
     curves = {y: seed_curve([(_column(rows, spec.x), _column(rows, y)) for rows in per_run],
                             held) for y in spec.ys}
     table = []

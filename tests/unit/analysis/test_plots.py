@@ -176,6 +176,10 @@ def test_seeds_of_one_config_are_drawn_as_their_mean_with_a_min_max_band(tmp_pat
 
     figure = plots.draw_figure("eval_vs_time", tables["eval_vs_time"])
     assert legend_labels(figure) == [label, "other"]
+    again = write_run(tmp_path / "pong_64" / "again", seed=0, eval=target, metrics_times=[60],
+                      evals=[(60, 1.0)])  # seed 0 a second time: runs, not seeds
+    assert plots.learning_curve_tables(load_runs([*seeds, again]))["eval_vs_time"][0][
+        "run"] == "pong_64 (4 runs)"
     (band,) = figure.axes[0].collections  # the seeds' min-max band; none for a single run
     assert np.asarray(band.get_paths()[0].vertices)[:, 1].min() == -21.0
 
