@@ -292,6 +292,10 @@ class SyntheticConfig:
     slow_workers: int = _opt(0, NON_NEGATIVE, "the last K workers are stragglers (slow_factor x "
                              "the compute time)")
     slow_factor: float = _opt(2.0, _between(1, INF), "a straggler's compute-time multiple")
+    staged_cost: float = _opt(0.14, NON_NEGATIVE, "an overlapped step's extra compute, as a "
+                              "fraction of compute_ms: what staging a step costs real ranks of 4 "
+                              "cores (docs/decisions.md, \"staged step cost\"); python -m "
+                              "dba3c.benchmarks.real_ranks measures a node's own")
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,7 @@ def model_step_seconds(point: Point, num_params: int, compute_s: float,
                        time_scale: float, host_bytes_per_s: float | None = None,
                        algorithm: str = DistConfig.collective_algorithm,
                        poll_s: float = DistConfig().collective_poll_s,
-                       buckets: Sequence[Bucket] = ()) -> float:
+                       buckets: Sequence[Bucket] = (), staged_cost: float = 0.0) -> float:
     """The analytic step time of docs/benchmarks.md for a point (seconds, unscaled): the
     compute time, then the transfers (:func:`comm_seconds`), plus Adam on N/P floats (N/W with
     collective aggregation), which runs in real time and so shrinks by the time scale in an
@@ -123,11 +123,12 @@ def model_step_seconds(point: Point, num_params: int, compute_s: float,
     least :func:`host_seconds` (the emulating host's cores as the limit). A collective point
     that overlaps (``point.overlap``) steps at :func:`overlapped_step_seconds` of its
     ``buckets`` (:func:`net_buckets`; none given: the whole vector as one bucket, which is
-    the serial model), every rank computing at the slowest rank's pace."""
+    the serial model), every rank computing at the slowest rank's pace and paying
+    ``staged_cost`` x its compute for the staging (``synthetic.staged_cost``)."""
     if point.aggregation == "collective" and point.overlap:
         slowest = point.slow_factor if point.slow_workers else 1.0
         stages = overlap_stages(buckets or (Bucket(num_params, 1),), point.workers,
-                                compute_s * slowest,
+                                compute_s * slowest * (1.0 + staged_cost),
                                 collective_rate(point, host_bytes_per_s, time_scale),
                                 algorithm, poll_s)
         return overlapped_step_seconds(

@@ -65,3 +65,14 @@ def test_a_staged_synthetic_step_hands_out_the_seeded_gradient_last_bucket_first
     handed = {c[1]: c[2] for c in calls if c[0] == "bwd"}
     np.testing.assert_array_equal(np.concatenate([handed[b] for b in range(B)]), grad)
     assert elapsed >= 0.020  # the modelled compute time passes (sleeps end no earlier)
+
+
+def test_a_staged_synthetic_step_pays_the_staging_cost_of_a_real_rank():
+    # compute_ms 20 with synthetic.staged_cost 0.5: the staged step's stages take 30 ms
+    spec = NetSpec("ba3c", 128, (4, 84, 84), 4)
+    cfg = from_dict({**make_cfg(workers=1, ps=1).to_dict(),
+                     "synthetic": {"enabled": True, "compute_ms": 20.0, "staged_cost": 0.5}})
+    worker = SyntheticWorker(cfg, 0, spec, (0,))
+    t0 = time.perf_counter()
+    worker.compute_staged_gradient((worker.next_batch(7), lambda b: None, lambda b, g: None), 7)
+    assert time.perf_counter() - t0 >= 0.030  # sleeps end no earlier

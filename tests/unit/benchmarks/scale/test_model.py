@@ -146,6 +146,16 @@ def test_one_bucket_overlaps_nothing_and_is_the_serial_model(point, host, algori
     assert overlapped_step_seconds([Stage(3.0, 4.0, 1.0, 2.0)], 0.5) == 10.5
 
 
+def test_an_overlapped_point_computes_its_staging_cost_too():
+    # one bucket (nothing hidden) with staged_cost 0.14: the serial model at T_c x 1.14
+    n, tc, point = 322_695, 0.0128, collective(64)
+    overlapped = ScalePoint(**{**asdict(point), "overlap": True})
+    assert model_step_seconds(overlapped, n, tc, 10, staged_cost=0.14) == pytest.approx(
+        model_step_seconds(point, n, tc * 1.14, 10), rel=1e-12)
+    assert model_step_seconds(point, n, tc, 10, staged_cost=0.14) == model_step_seconds(
+        point, n, tc, 10)  # a serial step stages nothing
+
+
 def test_two_buckets_hide_all_but_bucket_0s_collectives():
     # ms. Stage 0: forward 2, backward 2; stage 1: forward 3, backward 6 (T_c = 13); bucket 1
     # reduce-scatter 1.5, allgather 1.5, bucket 0 0.5 and 0.7; Adam 0.1. A step starts at 0
