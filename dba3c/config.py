@@ -211,6 +211,15 @@ class DistConfig:
                                     "and the next forward pass starts on the layers already "
                                     "gathered (dist.aggregation=collective; off with "
                                     "train.grad_clip_mode=global_norm)")
+    overlap_probe_steps: int = _opt(20, NON_NEGATIVE, "with dist.collective_overlap: the "
+                                    "run's first N steps are serial and timed, and each rank "
+                                    "then overlaps only if its collectives took longer than "
+                                    "dist.overlap_cost x its compute (0: overlap from the "
+                                    "first step)")
+    overlap_cost: float = _opt(0.14, NON_NEGATIVE, "what overlapping costs a step, as a "
+                               "fraction of its compute (the staged step; docs/decisions.md, "
+                               "\"staged step cost\": python -m dba3c.benchmarks.real_ranks "
+                               "measures a node's own); synthetic ranks charge it too")
     collective_algorithm: str = _opt("recursive", _one_of("recursive", "mpi"),
                                       "recursive: reduce-scatter by recursive halving and "
                                       "allgather by recursive doubling, log2 W rounds each "
@@ -292,10 +301,6 @@ class SyntheticConfig:
     slow_workers: int = _opt(0, NON_NEGATIVE, "the last K workers are stragglers (slow_factor x "
                              "the compute time)")
     slow_factor: float = _opt(2.0, _between(1, INF), "a straggler's compute-time multiple")
-    staged_cost: float = _opt(0.14, NON_NEGATIVE, "an overlapped step's extra compute, as a "
-                              "fraction of compute_ms: what staging a step costs real ranks of 4 "
-                              "cores (docs/decisions.md, \"staged step cost\"); python -m "
-                              "dba3c.benchmarks.real_ranks measures a node's own")
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,8 @@ def overrides(ranks: int, steps: int, overlap: bool, run_dir: Path) -> list[str]
     """The config of one run: the preset's node, ``ranks`` collective workers, nothing but
     training."""
     return [f"dist.workers={ranks}", "dist.ps=0", "dist.aggregation=collective",
-            f"dist.collective_overlap={str(overlap).lower()}", "eval.rank=false",
+            f"dist.collective_overlap={str(overlap).lower()}", "dist.overlap_probe_steps=0",
+            "eval.rank=false",
             "eval.every=0", "eval.stop_at_target=false", f"train.max_steps={steps}",
             "train.max_seconds=0", "run.log_every=1", "run.checkpoint_every=0",
             "run.progress=none", f"run.dir={run_dir}"]

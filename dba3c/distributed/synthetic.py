@@ -120,7 +120,7 @@ class SyntheticWorker(Worker):
 
     def compute_staged_gradient(self, step: StagedInput, version: int) -> dict:
         """The seeded gradient bucket by bucket on the modelled timeline
-        (:func:`stage_seconds` of the compute time x (1 + ``synthetic.staged_cost``), what
+        (:func:`stage_seconds` of the compute time x (1 + ``dist.overlap_cost``), what
         staging a step costs a real rank): stage b's forward pass starts once ``before_forward(b)``
         returned (waiting for its parameters is not compute); bucket b leaves when its
         backward pass ends, the last bucket first. Making the gradient counts as compute, as
@@ -128,7 +128,7 @@ class SyntheticWorker(Worker):
         parameters arrived; made before them, it delayed every rank's step by the time 64
         ranks on 2 cores took to make theirs at once)."""
         _, before_forward, after_backward = step
-        compute_s = self._compute_seconds(version) * (1.0 + self.cfg.synthetic.staged_cost)
+        compute_s = self._compute_seconds(version) * (1.0 + self.cfg.dist.overlap_cost)
         forward_s, backward_s = stage_seconds(compute_s, self.stage_flops)
         deadline = time.perf_counter()
         for b, seconds in enumerate(forward_s):

@@ -10,6 +10,7 @@ the trainer computes or waits for parameters.
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
@@ -148,30 +149,38 @@ class Worker:
         params = self.start(client)
         if self.cfg.train.reached_max_steps(params.version):
             return params
-        lap = self.laps.trainer.lap
         try:
-            while True:
-                batch = self.next_batch(params.version)
-                lap("wait data")
-                grad, losses = self.gradient(batch, params.version)
-                lap("gradient")
-                t0 = time.perf_counter()
-                new = client.push(params.version, grad)
-                self.t_wait_params += time.perf_counter() - t0
-                lap("push")  # Adam in one process, the round trip to the PS otherwise
-                if new is None:
-                    return None
-                self.check_streak(new.nonfinite_streak, new.version)
-                lag = float(params.version - batch.version.mean())  # updates since acting
-                params = new
-                self.learner.set_params(params.theta, params.version)
-                lap("assign")
-                done = after_step(params, self.report(losses, lag))
-                lap("after step (report, metrics, checkpoints)")
-                if done:
-                    return params
+            return self.train_from(client, after_step, params)
         finally:
             self.stop()
+
+    def train_from(self, client: ParameterClient, after_step: AfterStep, params: Params,
+                   max_steps: int | None = None) -> Params | None:
+        """Serial steps from ``params`` (loaded, the actor started) until the store ends the
+        run (None), ``after_step`` returns True or ``max_steps`` steps were made; the last
+        parameters received. Leaves the actor running."""
+        lap = self.laps.trainer.lap
+        for _ in itertools.count() if max_steps is None else range(max_steps):
+            batch = self.next_batch(params.version)
+            lap("wait data")
+            grad, losses = self.gradient(batch, params.version)
+            lap("gradient")
+            t0 = time.perf_counter()
+            new = client.push(params.version, grad)
+            self.t_wait_params += time.perf_counter() - t0
+            lap("push")  # Adam in one process, the round trip to the PS otherwise
+            if new is None:
+                return None
+            self.check_streak(new.nonfinite_streak, new.version)
+            lag = float(params.version - batch.version.mean())  # updates since acting
+            params = new
+            self.learner.set_params(params.theta, params.version)
+            lap("assign")
+            done = after_step(params, self.report(losses, lag))
+            lap("after step (report, metrics, checkpoints)")
+            if done:
+                break
+        return params
 
     def start(self, client: ParameterClient) -> Params:
         """The first parameters loaded and the actor started (unless the run is over: a

@@ -88,11 +88,18 @@ def assert_adam_of_the_mean(run, steps: int, workers_at) -> None:
     np.testing.assert_allclose(ckpt.theta, expected, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("overlap", ["true", "false"])
-def test_a_collective_run_ends_at_exactly_max_steps_with_adam_of_the_mean(tmp_path, overlap):
+@pytest.mark.parametrize("steps", [
+    ["dist.collective_overlap=true", "dist.overlap_probe_steps=0"],  # overlapped throughout
+    ["dist.collective_overlap=false"],  # serial throughout
+    # 4 serial steps, then overlapped (with no cost, any wait makes it pay)
+    ["dist.overlap_probe_steps=4", "dist.overlap_cost=0"]])
+def test_a_collective_run_ends_at_exactly_max_steps_with_adam_of_the_mean(tmp_path, steps):
     run = tmp_path / "run"
-    launch(3, "train.max_steps=12", "run.checkpoint_every=5", f"run.dir={run}",
-           f"dist.collective_overlap={overlap}")
+    proc = launch(3, "train.max_steps=12", "run.checkpoint_every=5", f"run.dir={run}", *steps)
+    if "dist.overlap_probe_steps=4" in steps:
+        for rank in range(3):
+            assert f"rank {rank}: from step 4: collective overlap on: a serial step waited" \
+                in proc.stderr
     assert ckpt_steps(run) == [5, 10, 12]
     assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == list(range(1, 13))
     last = read_jsonl(run / "metrics.jsonl")[-1]

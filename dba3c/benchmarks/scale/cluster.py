@@ -171,10 +171,10 @@ class PointPlan:
 def point_overrides(plan: PointPlan, poll: DistConfig, compute_ms: float,
                     run_dir: Path) -> list[str]:
     """The overrides of a point's synthetic run in ``run_dir``: its own (:meth:`ScalePoint.
-    overrides`), T_c x s of compute, no evaluation, a metrics record every step, the stall
+    overrides`; an overlapping point overlaps from its first step), T_c x s of compute, no evaluation, a metrics record every step, the stall
     watchdog at ``STALL_TIMEOUT_S``, and the poll caps of ``poll`` x s."""
     s = plan.time_scale
-    return [*plan.point.overrides(), "synthetic.enabled=true",
+    return [*plan.point.overrides(), "synthetic.enabled=true", "dist.overlap_probe_steps=0",
             f"synthetic.compute_ms={compute_ms * s:g}", "eval.every=0", "eval.rank=false",
             f"train.max_steps={plan.steps}", "train.max_seconds=0", "run.progress=none",
             "run.log_every=1", "run.checkpoint_every=0",
@@ -195,7 +195,7 @@ def point_result(plan: PointPlan, cfg: Config, metrics: list[dict],
     num_params, buckets = num_params_of(cfg), buckets_of(cfg)
     # the point's poll caps are multiplied by its time scale (job_runs)
     algorithm, poll_s = cfg.dist.collective_algorithm, cfg.dist.collective_poll_s / s
-    staged_cost = cfg.synthetic.staged_cost
+    staged_cost = cfg.dist.overlap_cost
     model_s = model_step_seconds(point, num_params, compute_ms / 1000, s, algorithm=algorithm,
                                  poll_s=poll_s, buckets=buckets, staged_cost=staged_cost)
     emulated_s = model_step_seconds(point, num_params, compute_ms / 1000, s, host_bytes_per_s,

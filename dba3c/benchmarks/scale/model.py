@@ -124,7 +124,7 @@ def model_step_seconds(point: Point, num_params: int, compute_s: float,
     that overlaps (``point.overlap``) steps at :func:`overlapped_step_seconds` of its
     ``buckets`` (:func:`net_buckets`; none given: the whole vector as one bucket, which is
     the serial model), every rank computing at the slowest rank's pace and paying
-    ``staged_cost`` x its compute for the staging (``synthetic.staged_cost``)."""
+    ``staged_cost`` x its compute for the staging (``dist.overlap_cost``)."""
     if point.aggregation == "collective" and point.overlap:
         slowest = point.slow_factor if point.slow_workers else 1.0
         stages = overlap_stages(buckets or (Bucket(num_params, 1),), point.workers,

@@ -18,6 +18,7 @@ buckets (one per layer with parameters, :func:`dba3c.distributed.roles.make_shar
 
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
@@ -34,6 +35,19 @@ from dba3c.training.worker import AfterBackward, AfterStep, Worker
 # cores (docs/decisions.md, "progress every 4 caps"). The collectives it advances are the
 # hidden ones; a rank blocked on one polls at the cap itself.
 PROGRESS_CAPS = 4
+
+
+def overlap_pays(wait_s: float, compute_s: float, cost: float) -> tuple[bool, str]:
+    """Whether overlapping pays for a rank whose serial steps took ``compute_s`` of compute
+    and waited ``wait_s`` for their collectives (and the shard's update): overlap hides at
+    most ``wait_s`` a step and costs ``cost`` x ``compute_s`` (``dist.overlap_cost``), so it
+    pays when ``wait_s > cost x compute_s``. Also the line that says so."""
+    pays = wait_s > cost * compute_s
+    return pays, (f"collective overlap {'on' if pays else 'off'}: a serial step waited "
+                  f"{1000 * wait_s:.1f} ms for its collectives, "
+                  f"{'more' if pays else 'no more'} than overlapping costs "
+                  f"({cost:g} x {1000 * compute_s:.1f} ms of compute = "
+                  f"{1000 * cost * compute_s:.1f} ms)")
 
 
 def offering(client: StagedClient, version: int,
@@ -80,36 +94,62 @@ class StagedTraining:
 
     def run(self) -> Params | None:
         """Train until the client ends the run; the last parameters (None if the client
-        ended it without them), as :meth:`~dba3c.training.worker.Worker.train`."""
+        ended it without them), as :meth:`~dba3c.training.worker.Worker.train`. The first
+        ``dist.overlap_probe_steps`` steps are serial, the second half of them timed (the
+        first traces the graphs); the rest overlap if :func:`overlap_pays` for them, else
+        stay serial (the collectives are the same either way, so every rank may choose for
+        itself)."""
         worker, client = self.worker, self.client
         params = worker.start(client)
         if worker.cfg.train.reached_max_steps(params.version):
             return params
-        lap = worker.laps.trainer.lap
-        report = worker.report({}, 0.0)
         try:
-            with Poller(client.progress, PROGRESS_CAPS * worker.cfg.dist.collective_poll_s):
-                while True:
-                    batch = worker.next_batch(params.version)
-                    lap("wait data")
-                    version = params.version if self.arriving is None else self.arriving.version
-                    after_backward = offering(client, version,
-                                              non_finite_due(worker.cfg.debug, version))
-                    losses = worker.staged_gradient(batch, self.before_forward, after_backward,
-                                                    version)
-                    lap("gradient (and the parameters of its forward pass)")
-                    if self.arriving is not None:  # theta_version has wholly arrived
-                        params = self.land(report)
-                        lap("after step (report, metrics, checkpoints)")
-                    t0 = time.perf_counter()
-                    self.arriving = client.finish()
-                    worker.t_wait_params += time.perf_counter() - t0
-                    lap("push")
-                    if self.arriving is None:
-                        return None
-                    worker.check_streak(self.arriving.nonfinite_streak, self.arriving.version)
-                    report = worker.report(losses, float(version - batch.version.mean()))
-                    if client.stopping:
-                        return self.land(report)
+            probe = worker.cfg.dist.overlap_probe_steps
+            if probe:
+                timed = probe - probe // 2
+                for steps in (probe // 2, timed):
+                    started, waited = time.perf_counter(), worker.t_wait_params
+                    probed = worker.train_from(client, self.after_step, params, steps)
+                    if probed is None or client.stopping:
+                        return probed
+                    params = probed
+                step_s = (time.perf_counter() - started) / timed
+                wait_s = (worker.t_wait_params - waited) / timed
+                overlap, why = overlap_pays(wait_s, step_s - wait_s,
+                                            worker.cfg.dist.overlap_cost)
+                print(f"rank {worker.rank}: from step {params.version}: {why}",
+                      file=sys.stderr, flush=True)
+                if not overlap:
+                    return worker.train_from(client, self.after_step, params)
+            return self.overlapped(params)
         finally:
             worker.stop()
+
+    def overlapped(self, params: Params) -> Params | None:
+        """Overlapped steps from ``params`` (loaded, no collective in flight) to the end."""
+        worker, client = self.worker, self.client
+        lap = worker.laps.trainer.lap
+        report = worker.report({}, 0.0)
+        with Poller(client.progress, PROGRESS_CAPS * worker.cfg.dist.collective_poll_s):
+            while True:
+                batch = worker.next_batch(params.version)
+                lap("wait data")
+                version = params.version if self.arriving is None else self.arriving.version
+                after_backward = offering(client, version,
+                                          non_finite_due(worker.cfg.debug, version))
+                losses = worker.staged_gradient(batch, self.before_forward, after_backward,
+                                                version)
+                lap("gradient (and the parameters of its forward pass)")
+                if self.arriving is not None:  # theta_version has wholly arrived
+                    params = self.land(report)
+                    lap("after step (report, metrics, checkpoints)")
+                t0 = time.perf_counter()
+                self.arriving = client.finish()
+                worker.t_wait_params += time.perf_counter() - t0
+                lap("push")
+                if self.arriving is None:
+                    return None
+                worker.check_streak(self.arriving.nonfinite_streak, self.arriving.version)
+                report = worker.report(losses, float(version - batch.version.mean()))
+                if client.stopping:
+                    return self.land(report)

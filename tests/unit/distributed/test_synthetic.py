@@ -68,10 +68,11 @@ def test_a_staged_synthetic_step_hands_out_the_seeded_gradient_last_bucket_first
 
 
 def test_a_staged_synthetic_step_pays_the_staging_cost_of_a_real_rank():
-    # compute_ms 20 with synthetic.staged_cost 0.5: the staged step's stages take 30 ms
+    # compute_ms 20 with dist.overlap_cost 0.5: the staged step's stages take 30 ms
     spec = NetSpec("ba3c", 128, (4, 84, 84), 4)
-    cfg = from_dict({**make_cfg(workers=1, ps=1).to_dict(),
-                     "synthetic": {"enabled": True, "compute_ms": 20.0, "staged_cost": 0.5}})
+    tree = make_cfg(workers=1, ps=1).to_dict()
+    cfg = from_dict({**tree, "dist": {**tree["dist"], "overlap_cost": 0.5},
+                     "synthetic": {"enabled": True, "compute_ms": 20.0}})
     worker = SyntheticWorker(cfg, 0, spec, (0,))
     t0 = time.perf_counter()
     worker.compute_staged_gradient((worker.next_batch(7), lambda b: None, lambda b, g: None), 7)
