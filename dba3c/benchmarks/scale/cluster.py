@@ -171,8 +171,9 @@ class PointPlan:
 def point_overrides(plan: PointPlan, poll: DistConfig, compute_ms: float,
                     run_dir: Path) -> list[str]:
     """The overrides of a point's synthetic run in ``run_dir``: its own (:meth:`ScalePoint.
-    overrides`; an overlapping point overlaps from its first step), T_c x s of compute, no evaluation, a metrics record every step, the stall
-    watchdog at ``STALL_TIMEOUT_S``, and the poll caps of ``poll`` x s."""
+    overrides`; an overlapping point overlaps from its first step), T_c x s of compute, no
+    evaluation, a metrics record every step, the stall watchdog at ``STALL_TIMEOUT_S``, and
+    the poll caps of ``poll`` x s."""
     s = plan.time_scale
     return [*plan.point.overrides(), "synthetic.enabled=true", "dist.overlap_probe_steps=0",
             f"synthetic.compute_ms={compute_ms * s:g}", "eval.every=0", "eval.rank=false",
