@@ -1,25 +1,29 @@
 """Real TensorFlow ranks on one multi-core machine: what the collective mode's overlap costs
-a rank that trains, with overlap on and off on the same layout.
+a rank that trains, with overlap off, on, or chosen by the run, on the same layout.
 
     python -m dba3c.benchmarks.real_ranks --ranks 4 --cores 4 --repeats 2
+    python -m dba3c.benchmarks.real_ranks --modes off,auto --tcp      # the run's own choice
     python -m dba3c.benchmarks.real_ranks --ranks 2 --cores 1 --steps 12 --repeats 1  # 2 cores
 
 Each run is ``dba3c train`` under the MPI library's ``mpiexec``: ``--ranks`` training
 workers of the paper network (the preset's simulators, mini-batch and FC size) in the
 collective mode (no parameter server, no evaluator, no checkpoints), each rank bound to
 ``--cores`` CPUs of its own (hydra's ``-bind-to core:N``; a rank sizes its pools from them).
-With ``--link RATE`` (root, ``tc``) the ranks talk TCP over the loopback shaped at RATE x
-ranks, the same total capacity as a link per rank (not per-pair fairness); without it MPICH
-moves the bytes through shared memory, so there is nothing to hide and the difference
-between the modes is the overlap's own cost. The runs alternate (off, on, off, on, ...), so
-drift of the machine falls on both modes alike.
+Modes (``--modes``): ``off`` serial steps, ``on`` overlapped from the first step, ``auto``
+the run's own choice after its probe (``dist.overlap_probe_steps``; each rank's line saying
+which is kept in the results). With ``--tcp`` the ranks talk TCP over the loopback, as
+between nodes; ``--link RATE`` (root, ``tc``) also shapes it at RATE x ranks, the same total
+capacity as a link per rank (not per-pair fairness). Without either MPICH moves the bytes
+through shared memory, so there is nothing to hide and the difference between the modes is
+the overlap's own cost. The runs alternate (off, on, off, on, ...), so drift of the machine
+falls on every mode alike.
 
 Figures per run: the median seconds per step over the second half of its steps (the first
 half holds TensorFlow's tracing and the simulators' start), the data points per second over
 the same steps, and the CPU seconds every rank used per step (the children's rusage of the
 whole job divided by its steps: start-up included, so compare the modes, not the
-absolutes). The overhead is (on - off) / off of the medians of the per-run medians. Results
-go to ``--out`` (JSON) with the machine and the command line.
+absolutes). The overhead of a mode is (mode - off) / off of the medians of the per-run
+medians. Results go to ``--out`` (JSON) with the machine and the command line.
 """
 
 from __future__ import annotations
@@ -59,22 +63,26 @@ def overhead(on_s: list[float], off_s: list[float]) -> float:
     return (statistics.median(on_s) - off) / off
 
 
-def overrides(ranks: int, steps: int, overlap: bool, run_dir: Path) -> list[str]:
-    """The config of one run: the preset's node, ``ranks`` collective workers, nothing but
-    training."""
+MODES = {"off": ["dist.collective_overlap=false"],
+         "on": ["dist.collective_overlap=true", "dist.overlap_probe_steps=0"],
+         "auto": ["dist.collective_overlap=true"]}
+
+
+def overrides(ranks: int, steps: int, mode: str, run_dir: Path) -> list[str]:
+    """The config of one run: the preset's node, ``ranks`` collective workers overlapping as
+    ``mode`` says (:data:`MODES`), nothing but training."""
     return [f"dist.workers={ranks}", "dist.ps=0", "dist.aggregation=collective",
-            f"dist.collective_overlap={str(overlap).lower()}", "dist.overlap_probe_steps=0",
-            "eval.rank=false",
+            *MODES[mode], "eval.rank=false",
             "eval.every=0", "eval.stop_at_target=false", f"train.max_steps={steps}",
             "train.max_seconds=0", "run.log_every=1", "run.checkpoint_every=0",
             "run.progress=none", f"run.dir={run_dir}"]
 
 
-def run_once(config: str, ranks: int, cores: int, steps: int, overlap: bool, run_dir: Path,
+def run_once(config: str, ranks: int, cores: int, steps: int, mode: str, run_dir: Path,
              tcp: bool) -> dict:
     """One job; its figures (see the module docstring)."""
     shutil.rmtree(run_dir, ignore_errors=True)
-    cmd = launch_command(config, overrides(ranks, steps, overlap, run_dir), workers=ranks,
+    cmd = launch_command(config, overrides(ranks, steps, mode, run_dir), workers=ranks,
                          ps=0, evaluator=False, mpiexec_args=["-bind-to", f"core:{cores}"])
     env = launch_environment()
     if tcp:  # every pair through the (shaped) loopback, as between nodes
@@ -91,11 +99,13 @@ def run_once(config: str, ranks: int, cores: int, steps: int, overlap: bool, run
     times = [m["time_s"] for m in metrics]
     half = metrics[len(metrics) // 2:]
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return {"overlap": overlap, "step_s": steady_median(times),
+    return {"mode": mode, "step_s": steady_median(times),
             "data_points_per_s": statistics.mean(m["perf/data_points_per_s"] for m in half),
             "cpu_s_per_step": cpu / steps, "wall_s": wall, "steps": len(metrics),
             "first_lines": [line for line in proc.stderr.splitlines()
-                            if line.startswith("rank ")][:ranks]}
+                            if line.startswith("rank ") and " CPUs bound" in line],
+            "overlap_choices": [line for line in proc.stderr.splitlines()
+                                if ": collective overlap " in line]}
 
 
 def shape_loopback(rate: str | None) -> None:
@@ -114,10 +124,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cores", type=int, default=4, help="CPUs bound to each rank")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--repeats", type=int, default=2, help="runs of each mode")
+    p.add_argument("--modes", default="off,on", help="of off, on, auto (off is the base)")
+    p.add_argument("--tcp", action="store_true", help="TCP over the loopback")
     p.add_argument("--link", default=None, help="e.g. 10gbit: TCP over a shaped loopback")
     p.add_argument("--work-dir", default="runs/real_ranks")
     p.add_argument("--out", default="bench/real_ranks.json")
     args = p.parse_args(argv)
+    modes = args.modes.split(",")
+    if "off" not in modes or not set(modes) <= set(MODES):
+        print(f"error: --modes {args.modes}: a list of {', '.join(MODES)} that has off",
+              file=sys.stderr)
+        return 2
     if args.ranks * args.cores > (os.cpu_count() or 1):
         print(f"error: --ranks {args.ranks} x --cores {args.cores} needs "
               f"{args.ranks * args.cores} CPUs; this machine has {os.cpu_count()}",
@@ -129,29 +146,34 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     try:
         for i in range(args.repeats):
-            for overlap in (False, True):
-                run = run_once(args.config, args.ranks, args.cores, args.steps, overlap,
-                               Path(args.work_dir) / f"{i}-{'on' if overlap else 'off'}",
-                               tcp=args.link is not None)
+            for mode in modes:
+                run = run_once(args.config, args.ranks, args.cores, args.steps, mode,
+                               Path(args.work_dir) / f"{i}-{mode}",
+                               tcp=args.tcp or args.link is not None)
                 runs.append(run)
-                print(f"real_ranks: run {len(runs)}/{2 * args.repeats}: overlap "
-                      f"{'on ' if overlap else 'off'} {run['step_s']:.4f} s/step, "
+                print(f"real_ranks: run {len(runs)}/{len(modes) * args.repeats}: overlap "
+                      f"{mode:4} {run['step_s']:.4f} s/step, "
                       f"{run['data_points_per_s']:.0f} data points/s, "
                       f"{run['cpu_s_per_step']:.3f} CPU s/step", file=sys.stderr, flush=True)
+                for line in run["overlap_choices"]:
+                    print(f"real_ranks:   {line}", file=sys.stderr, flush=True)
     finally:
         if args.link:
             shape_loopback(None)
-    on = [r["step_s"] for r in runs if r["overlap"]]
-    off = [r["step_s"] for r in runs if not r["overlap"]]
+    steps = {mode: [r["step_s"] for r in runs if r["mode"] == mode] for mode in modes}
     results = {"machine": machine_description(), "ranks": args.ranks, "cores": args.cores,
-               "config": args.config, "link": args.link or "shared memory",
+               "config": args.config,
+               "link": args.link or ("TCP" if args.tcp else "shared memory"),
                "command": "python -m dba3c.benchmarks.real_ranks " + " ".join(
                    argv if argv is not None else sys.argv[1:]),
-               "overhead": overhead(on, off), "runs": runs}
+               "overhead": {mode: overhead(steps[mode], steps["off"])
+                            for mode in modes if mode != "off"}, "runs": runs}
     write_results(results, Path(args.out))
-    print(f"real_ranks: overlap costs {100 * results['overhead']:+.1f}% a step "
-          f"({statistics.median(on):.4f} s on, {statistics.median(off):.4f} s off); "
-          f"{args.out}", file=sys.stderr)
+    for mode, cost in results["overhead"].items():
+        print(f"real_ranks: overlap {mode} costs {100 * cost:+.1f}% a step "
+              f"({statistics.median(steps[mode]):.4f} s against "
+              f"{statistics.median(steps['off']):.4f} off)", file=sys.stderr)
+    print(f"real_ranks: {args.out}", file=sys.stderr)
     return 0
 
 

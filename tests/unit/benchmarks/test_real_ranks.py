@@ -26,8 +26,15 @@ def test_overhead_compares_the_medians_of_the_two_modes():
     assert overhead([0.33, 0.31, 0.40], [0.30, 0.29, 0.35]) == pytest.approx(0.1)
 
 
-def test_a_run_trains_only_in_the_collective_mode():
-    args = dict(item.partition("=")[::2] for item in overrides(4, 40, True, Path("R")))
-    assert args["dist.workers"] == "4" and args["dist.ps"] == "0"
-    assert args["dist.aggregation"] == "collective" and args["dist.collective_overlap"] == "true"
-    assert args["eval.every"] == "0" and args["run.dir"] == "R"
+def test_a_run_trains_only_in_the_collective_mode_overlapping_as_its_mode_says():
+    def args(mode: str) -> dict[str, str]:
+        return dict(item.partition("=")[::2] for item in overrides(4, 40, mode, Path("R")))
+
+    on = args("on")
+    assert on["dist.workers"] == "4" and on["dist.ps"] == "0"
+    assert on["dist.aggregation"] == "collective" and on["dist.collective_overlap"] == "true"
+    assert on["dist.overlap_probe_steps"] == "0"  # from the first step
+    assert on["eval.every"] == "0" and on["run.dir"] == "R"
+    assert args("off")["dist.collective_overlap"] == "false"
+    auto = args("auto")
+    assert auto["dist.collective_overlap"] == "true" and "dist.overlap_probe_steps" not in auto
