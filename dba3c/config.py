@@ -212,10 +212,10 @@ class DistConfig:
                                     "gathered (dist.aggregation=collective; off with "
                                     "train.grad_clip_mode=global_norm)")
     overlap_probe_steps: int = _opt(20, NON_NEGATIVE, "with dist.collective_overlap: the "
-                                    "run's first N steps are serial and timed, and each rank "
-                                    "then overlaps only if its collectives took longer than "
-                                    "dist.overlap_cost x its compute (0: overlap from the "
-                                    "first step)")
+                                    "run's first N steps are serial and timed, and the ranks "
+                                    "then overlap only if the slowest rank's collectives took "
+                                    "longer than dist.overlap_cost x its compute (0: overlap "
+                                    "from the first step)")
     overlap_cost: float = _opt(0.14, NON_NEGATIVE, "what overlapping costs a step, as a "
                                "fraction of its compute (the staged step; docs/decisions.md, "
                                "\"staged step cost\": python -m dba3c.benchmarks.real_ranks "

@@ -78,6 +78,10 @@ class StagedClient(ParameterClient, Protocol):
         """Once every bucket was offered: the step applied, the next parameters on their
         way (None when the run is over for this rank)."""
 
+    def gather(self, values: np.ndarray) -> np.ndarray:
+        """Every training rank's ``values`` (float64 [k], the same k on every rank), rank by
+        rank: [ranks, k]. Collective: every rank calls it at the same point, between steps."""
+
     @property
     def stopping(self) -> bool:
         """The step :meth:`finish` returned is the last one."""

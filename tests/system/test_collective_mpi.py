@@ -96,10 +96,9 @@ def assert_adam_of_the_mean(run, steps: int, workers_at) -> None:
 def test_a_collective_run_ends_at_exactly_max_steps_with_adam_of_the_mean(tmp_path, steps):
     run = tmp_path / "run"
     proc = launch(3, "train.max_steps=12", "run.checkpoint_every=5", f"run.dir={run}", *steps)
-    if "dist.overlap_probe_steps=4" in steps:
-        for rank in range(3):
-            assert f"rank {rank}: from step 4: collective overlap on: a serial step waited" \
-                in proc.stderr
+    if "dist.overlap_probe_steps=4" in steps:  # one line, from rank 0, for every rank
+        assert proc.stderr.count("from step 4: collective overlap on: the slowest rank's "
+                                 "serial step waited") == 1
     assert ckpt_steps(run) == [5, 10, 12]
     assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == list(range(1, 13))
     last = read_jsonl(run / "metrics.jsonl")[-1]

@@ -150,6 +150,16 @@ class CollectiveClient:
             self._in_flight += requests
         return Arriving(self, requests)
 
+    def gather(self, values: np.ndarray) -> np.ndarray:
+        """Every rank's ``values`` (float64 [k]) as [ranks, k] (an allgather, waited for)."""
+        k = values.size
+        out = np.zeros(self.group.size * k, np.float64)
+        with self._lock:
+            request = self.group.iallgather(np.ascontiguousarray(values, np.float64), out,
+                                            [k] * self.group.size)
+        self.wait(request)
+        return out.reshape(self.group.size, k)
+
     def pull(self) -> Params:
         """The start parameters: every rank's shard, gathered."""
         return self._allgathers().params()

@@ -37,17 +37,24 @@ from dba3c.training.worker import AfterBackward, AfterStep, Worker
 PROGRESS_CAPS = 4
 
 
-def overlap_pays(wait_s: float, compute_s: float, cost: float) -> tuple[bool, str]:
-    """Whether overlapping pays for a rank whose serial steps took ``compute_s`` of compute
-    and waited ``wait_s`` for their collectives (and the shard's update): overlap hides at
-    most ``wait_s`` a step and costs ``cost`` x ``compute_s`` (``dist.overlap_cost``), so it
-    pays when ``wait_s > cost x compute_s``. Also the line that says so."""
-    pays = wait_s > cost * compute_s
-    return pays, (f"collective overlap {'on' if pays else 'off'}: a serial step waited "
-                  f"{1000 * wait_s:.1f} ms for its collectives, "
+def overlap_pays(wait_s: np.ndarray, compute_s: np.ndarray,
+                 cost: float) -> tuple[bool, str]:
+    """Whether overlapping pays, from every rank's serial steps: ``wait_s[r]`` the seconds
+    rank r's step waited in its collectives (and the shard's update), ``compute_s[r]`` the
+    rest of its step. A rank's wait also holds the time it waited for slower ranks, which
+    overlap cannot hide; the slowest rank, s = argmin(wait_s), waits for the collectives
+    alone. Overlap hides at most ``wait_s[s]`` a step and costs ``cost`` x
+    ``compute_s[s]`` (``dist.overlap_cost``), so it pays when
+    ``wait_s[s] > cost x compute_s[s]``: the same answer on every rank. Also the line that
+    says so."""
+    s = int(np.argmin(wait_s))
+    wait, compute = float(wait_s[s]), float(compute_s[s])
+    pays = wait > cost * compute
+    return pays, (f"collective overlap {'on' if pays else 'off'}: the slowest rank's serial "
+                  f"step waited {1000 * wait:.1f} ms for its collectives, "
                   f"{'more' if pays else 'no more'} than overlapping costs "
-                  f"({cost:g} x {1000 * compute_s:.1f} ms of compute = "
-                  f"{1000 * cost * compute_s:.1f} ms)")
+                  f"({cost:g} x {1000 * compute:.1f} ms of compute = "
+                  f"{1000 * cost * compute:.1f} ms)")
 
 
 def offering(client: StagedClient, version: int,
@@ -96,9 +103,8 @@ class StagedTraining:
         """Train until the client ends the run; the last parameters (None if the client
         ended it without them), as :meth:`~dba3c.training.worker.Worker.train`. The first
         ``dist.overlap_probe_steps`` steps are serial, the second half of them timed (the
-        first traces the graphs); the rest overlap if :func:`overlap_pays` for them, else
-        stay serial (the collectives are the same either way, so every rank may choose for
-        itself)."""
+        first traces the graphs); the rest overlap if :func:`overlap_pays` for every rank's
+        timings (gathered: each rank reaches the same answer), else stay serial."""
         worker, client = self.worker, self.client
         params = worker.start(client)
         if worker.cfg.train.reached_max_steps(params.version):
@@ -115,10 +121,11 @@ class StagedTraining:
                     params = probed
                 step_s = (time.perf_counter() - started) / timed
                 wait_s = (worker.t_wait_params - waited) / timed
-                overlap, why = overlap_pays(wait_s, step_s - wait_s,
+                times = client.gather(np.array([wait_s, step_s - wait_s]))
+                overlap, why = overlap_pays(times[:, 0], times[:, 1],
                                             worker.cfg.dist.overlap_cost)
-                print(f"rank {worker.rank}: from step {params.version}: {why}",
-                      file=sys.stderr, flush=True)
+                if worker.rank == 0:
+                    print(f"from step {params.version}: {why}", file=sys.stderr, flush=True)
                 if not overlap:
                     return worker.train_from(client, self.after_step, params)
             return self.overlapped(params)

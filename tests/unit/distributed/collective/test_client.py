@@ -167,3 +167,20 @@ def test_one_ranks_non_finite_gradient_makes_every_shard_skip_the_same_step(buck
         # step 3 changed nothing: theta_4 == theta_3 on every rank
         assert np.array_equal(received[4].theta, received[3].theta)
         assert not np.array_equal(received[5].theta, received[4].theta)
+
+
+def test_gather_gives_every_rank_every_ranks_values_in_rank_order():
+    cfg = make_cfg(workers=3, ps=1, max_steps=STEPS)
+    plan = ShardPlan(N, 3)
+
+    def rank_loop(transport) -> np.ndarray:
+        group = transport.split(True)
+        theta_shard = plan.shard_of(THETA0, group.rank)
+        shard = ShardServer(theta_shard, OptimizerState.zeros(theta_shard.size), 0, mode="sync",
+                            replicas=1, optimizer=make_optimizer(cfg))
+        client = CollectiveClient(group, shard, plan, cfg.train, chief=group.rank == 0,
+                                  wants_stop=lambda: False)
+        return client.gather(np.array([group.rank + 0.5, -group.rank]))
+
+    for got in run_threads(rank_loop, 3):
+        np.testing.assert_array_equal(got, [[0.5, 0.0], [1.5, -1.0], [2.5, -2.0]])
