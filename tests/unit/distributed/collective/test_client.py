@@ -25,6 +25,16 @@ STEPS = 20
 THETA0 = np.linspace(-1, 1, N).astype(np.float32)
 
 
+def rank_client(transport, plan: ShardPlan, cfg) -> CollectiveClient:
+    """This rank's client of a world where every rank trains, its shard cut from THETA0."""
+    group = transport.split(True)
+    theta_shard = plan.shard_of(THETA0, group.rank)
+    shard = ShardServer(theta_shard, OptimizerState.zeros(theta_shard.size), 0, mode="sync",
+                        replicas=1, optimizer=make_optimizer(cfg))
+    return CollectiveClient(group, shard, plan, cfg.train, chief=group.rank == 0,
+                            wants_stop=lambda: False)
+
+
 def collective_world(cfg, num_ranks: int, gradient, buckets=(0,), staged=False) -> list[list]:
     """``num_ranks`` training ranks as threads, each pushing ``gradient(group_rank, version)``
     until ``train.max_steps`` (the vector cut into ``buckets``, :class:`ShardPlan`; ``staged``:
@@ -43,16 +53,13 @@ def collective_world(cfg, num_ranks: int, gradient, buckets=(0,), staged=False) 
         return params
 
     def rank_loop(transport) -> tuple[list, ShardServer]:
-        group = transport.split(True)
-        theta_shard = plan.shard_of(THETA0, group.rank)
-        shard = ShardServer(theta_shard, OptimizerState.zeros(theta_shard.size), 0, mode="sync",
-                            replicas=1, optimizer=make_optimizer(cfg))
-        client = CollectiveClient(group, shard, plan, cfg.train, chief=group.rank == 0,
-                                  wants_stop=lambda: False)
+        client = rank_client(transport, plan, cfg)
+        shard = client.shard
         received = [client.pull()]
         push = functools.partial(staged_push, client) if staged else client.push
         while not client.stopping:
-            params = push(received[-1].version, gradient(group.rank, received[-1].version))
+            params = push(received[-1].version,
+                          gradient(client.group.rank, received[-1].version))
             assert params is not None
             received.append(params)
         return received, shard
@@ -174,13 +181,9 @@ def test_gather_gives_every_rank_every_ranks_values_in_rank_order():
     plan = ShardPlan(N, 3)
 
     def rank_loop(transport) -> np.ndarray:
-        group = transport.split(True)
-        theta_shard = plan.shard_of(THETA0, group.rank)
-        shard = ShardServer(theta_shard, OptimizerState.zeros(theta_shard.size), 0, mode="sync",
-                            replicas=1, optimizer=make_optimizer(cfg))
-        client = CollectiveClient(group, shard, plan, cfg.train, chief=group.rank == 0,
-                                  wants_stop=lambda: False)
-        return client.gather(np.array([group.rank + 0.5, -group.rank]))
+        client = rank_client(transport, plan, cfg)
+        rank = client.group.rank
+        return client.gather(np.array([rank + 0.5, -rank]))
 
     for got in run_threads(rank_loop, 3):
         np.testing.assert_array_equal(got, [[0.5, 0.0], [1.5, -1.0], [2.5, -2.0]])
