@@ -96,7 +96,7 @@ class Request(Protocol):
 
 class Transport(Protocol):
     """A world of ``size`` ranks; this is rank ``rank``; ``hosts[r]`` is the name of the host
-    rank r runs on (an MPI world learns them the first time every rank asks)."""
+    rank r runs on (an MPI world gathers them as it starts)."""
 
     rank: int
     size: int

@@ -163,18 +163,10 @@ class MpiTransport:
         self._mpi = MPI
         self._comm = MPI.COMM_WORLD
         self.rank, self.size = self._comm.Get_rank(), self._comm.Get_size()
-        self._hosts: tuple[str, ...] | None = None
+        # every rank's host, gathered here where every rank of the world is (a view of the
+        # world, or a chief recording them, cannot start a world collective later)
+        self.hosts: tuple[str, ...] = tuple(self._comm.allgather(socket.gethostname()))
         self._recvs: list = []
-
-    @property
-    def hosts(self) -> tuple[str, ...]:
-        """Every rank's host name, by rank. The first use is collective (every rank asks at
-        the same point: one small allgather, which a run makes at start-up for its ranks'
-        first lines); later ones are free. A world that never asks (``dba3c bench --scale``)
-        connects no pair of ranks for it."""
-        if self._hosts is None:
-            self._hosts = tuple(self._comm.allgather(socket.gethostname()))
-        return self._hosts
 
     def isend(self, buf: np.ndarray, dest: int, tag: int) -> Request:
         return MpiRequest(self._comm.Isend(buf, dest=dest, tag=tag))
