@@ -203,9 +203,9 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     """``dba3c train``: world size 1 trains alone, otherwise this rank plays its role."""
     from dba3c.distributed.run import train
-    from dba3c.launchers.mpienv import world_size_hint
+    from dba3c.launchers.mpienv import slurm_job_id, world_size_hint
 
-    return train(args.config, args.overrides, world_size_hint())
+    return train(args.config, args.overrides, world_size_hint(), slurm_job_id())
 
 
 def cmd_keys(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import traceback
+from contextlib import nullcontext
 from dataclasses import replace
 
 from dba3c.config import Config, EnvConfig, TrainConfig, is_atari
@@ -18,6 +19,7 @@ from dba3c.distributed.roles import Roles, make_roles, staged_steps
 from dba3c.errors import TrainingError, UserError, exit_code
 from dba3c.learning.models import NetSpec
 from dba3c.preset import load_config, validate
+from dba3c.training.lock import RunLock
 from dba3c.training.metrics import next_steps
 from dba3c.training.worker import Worker
 
@@ -38,8 +40,15 @@ def make_worker(cfg: Config, rank: int, spec: NetSpec, roles: Roles) -> Worker:
     return Worker(cfg, rank, learner, pool)
 
 
-def run_rank(t: Transport, cfg: Config, spec: NetSpec) -> None:
-    """Play this rank's role to the end of the run."""
+def run_rank(t: Transport, cfg: Config, spec: NetSpec, job: str | None = None) -> None:
+    """Play this rank's role to the end of the run. Rank 0, the chief, holds the run
+    directory's lock meanwhile (``job``: the Slurm job it runs in, recorded with it)."""
+    with RunLock(cfg.run.dir, job) if t.rank == 0 else nullcontext():
+        _role_loop(t, cfg, spec)
+
+
+def _role_loop(t: Transport, cfg: Config, spec: NetSpec) -> None:
+    """The loop of this rank's role."""
     roles = make_roles(t.size, cfg)
     role = roles.role(t.rank)
     if cfg.dist.aggregation == "collective" and run_collective_rank(
@@ -77,11 +86,11 @@ def ignore_polite_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def play_rank(t: Transport, cfg: Config, spec: NetSpec) -> None:
+def play_rank(t: Transport, cfg: Config, spec: NetSpec, job: str | None = None) -> None:
     """:func:`run_rank`; a failure ends the whole world through ``t.abort`` (2 for a
     UserError, 1 otherwise) after an ``error:`` line naming the rank."""
     try:
-        run_rank(t, cfg, spec)
+        run_rank(t, cfg, spec, job)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         t.abort(2)
@@ -107,8 +116,9 @@ def role_pools(role: str, cfg: Config) -> tuple[EnvConfig | None, TrainConfig | 
     return replace(cfg.env, num_envs=cfg.eval.num_envs), cfg.train
 
 
-def train_distributed(cfg: Config) -> int:
-    """``dba3c train`` under mpiexec/srun: any failing rank ends the whole job non-zero."""
+def train_distributed(cfg: Config, job: str | None) -> int:
+    """``dba3c train`` under mpiexec/srun: any failing rank ends the whole job non-zero.
+    ``job``: the Slurm job it runs in."""
     from dba3c.distributed.transport import MpiTransport
 
     t = MpiTransport(cfg.dist.collective_algorithm)
@@ -125,7 +135,7 @@ def train_distributed(cfg: Config) -> int:
           file=sys.stderr, flush=True)
     if t.rank != 0:
         ignore_polite_signals()
-    play_rank(t, cfg, spec)
+    play_rank(t, cfg, spec, job)
     t.barrier()
     if t.rank == 0:
         print(f"run finished; outputs in {cfg.run.dir}", file=sys.stderr)
@@ -133,17 +143,19 @@ def train_distributed(cfg: Config) -> int:
     return 0
 
 
-def train(config_path: str, overrides: list[str], world_size: int) -> int:
+def train(config_path: str, overrides: list[str], world_size: int,
+          job: str | None = None) -> int:
     """``dba3c train CONFIG OVERRIDES``: alone when ``world_size`` is 1, else as this rank of
-    an MPI world of that size. Returns the exit code: 0 done, 2 bad input, 1 training failed
-    (with one ``error: ...`` line on stderr)."""
+    an MPI world of that size; ``job``: the Slurm job this process runs in (the launcher
+    reads both from its environment). Returns the exit code: 0 done, 2 bad input, 1 training
+    failed (with one ``error: ...`` line on stderr)."""
     def run() -> int:
         cfg = load_config(config_path, overrides)
         if world_size > 1:
-            return train_distributed(cfg)
+            return train_distributed(cfg, job)
         from dba3c.training.runner import train_single
 
-        summary = train_single(cfg)
+        summary = train_single(cfg, job=job)
         print(f"run finished at step {summary.get('final_step')} "
               f"({summary.get('stop_reason')}); outputs in {cfg.run.dir}", file=sys.stderr)
         print(next_steps(cfg.run.dir, is_atari(cfg.env.id)), file=sys.stderr)

@@ -1,4 +1,5 @@
-"""What the process environment says about the MPI world this process belongs to."""
+"""What the process environment says about the MPI world and the Slurm job this process
+belongs to."""
 
 from __future__ import annotations
 
@@ -16,3 +17,9 @@ def world_size_hint() -> int:
         if value.isdigit():
             return int(value)
     return 1
+
+
+def slurm_job_id() -> str | None:
+    """The Slurm job this process runs in (None outside Slurm): a run records it with its
+    lock on the run directory, so a later run can ask Slurm whether the holder still runs."""
+    return os.environ.get("SLURM_JOB_ID") or None

@@ -56,10 +56,10 @@ class TrainJob(submitit.helpers.Checkpointable):
 
     def __call__(self) -> dict | None:
         from dba3c.distributed.run import train
-        from dba3c.launchers.mpienv import world_size_hint
+        from dba3c.launchers.mpienv import slurm_job_id, world_size_hint
 
         quiet_tensorflow(os.environ)
-        rc = train(self.config, self.overrides, world_size_hint())
+        rc = train(self.config, self.overrides, world_size_hint(), slurm_job_id())
         if rc != 0:
             raise RuntimeError(f"dba3c train exited with code {rc} (see the job log)")
         env = submitit.JobEnvironment()

@@ -9,6 +9,7 @@ RUN_DIR/
   summary.json     one JSON object: time_to_target_s, final_step, stop_reason, ...
   tb/              TensorBoard event files (written by dba3c/training/metrics.py)
   checkpoints/     step-NNNNNNNNNN.ckpt (their format: dba3c/training/checkpoint.py)
+  run.lock         while a run trains: who holds the directory (dba3c/training/lock.py)
   sweep.log        the run's output, when a local sweep ran it
 SWEEP_DIR/
   sweep.csv        one row per grid point: run_dir, the grid keys, RESULT_COLUMNS
@@ -44,6 +45,7 @@ EVALS = "eval.jsonl"
 SUMMARY = "summary.json"
 TENSORBOARD = "tb"
 CHECKPOINTS = "checkpoints"
+LOCK = "run.lock"
 SWEEP_LOG = "sweep.log"
 SWEEP_CSV = "sweep.csv"
 SUBMITIT = "submitit"
@@ -55,8 +57,8 @@ class RunDir:
     """The files of one run directory; nothing is read or created until asked.
 
     Attributes: ``path`` the directory; ``config_path``, ``metrics_path``, ``evals_path``,
-    ``summary_path``, ``tensorboard_dir``, ``checkpoints_dir`` and ``sweep_log_path`` (the
-    run's output when a local sweep ran it) the paths in it.
+    ``summary_path``, ``tensorboard_dir``, ``checkpoints_dir``, ``lock_path`` and
+    ``sweep_log_path`` (the run's output when a local sweep ran it) the paths in it.
     """
 
     def __init__(self, path: str | Path):
@@ -67,6 +69,7 @@ class RunDir:
         self.summary_path = self.path / SUMMARY
         self.tensorboard_dir = self.path / TENSORBOARD
         self.checkpoints_dir = self.path / CHECKPOINTS
+        self.lock_path = self.path / LOCK
         self.sweep_log_path = self.path / SWEEP_LOG
 
     def is_run(self) -> bool:

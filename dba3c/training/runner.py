@@ -3,8 +3,9 @@
 :func:`train` is ``dba3c train`` as a library call, for the command line and the submitit
 job alike; the launcher reads the world size from its environment and passes it in.
 
-Everything that can be refused (config, checkpoint, model shape) is checked before the run
-directory is touched.
+The run directory is locked (:class:`~dba3c.training.lock.RunLock`) before anything in it
+is read; everything that can be refused (config, checkpoint, model shape) is checked before
+it is written.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from dba3c.config import Config
 from dba3c.core import Params
 from dba3c.cpus import rank_lines
 from dba3c.errors import UserError
-from dba3c.games.envs import EnvPool, env_spaces, make_env_pool
+from dba3c.games.envs import env_spaces, make_env_pool
 from dba3c.learning.models import NetSpec, make_net_spec
 from dba3c.learning.optim import Optimizer, apply_update, make_optimizer
 from dba3c.learning.rules import OptimizerState
 from dba3c.training import checkpoint
 from dba3c.training.chief import Chief
+from dba3c.training.lock import RunLock
 from dba3c.training.profiling import WorkerLaps
 from dba3c.training.report import WorkerReport
 
@@ -58,33 +60,29 @@ class LocalParameterServer:
         return Params(self.version, self.theta.copy(), self.nonfinite_streak)
 
 
-def make_pool_and_spec(cfg: Config) -> tuple[EnvPool, NetSpec]:
-    """The training simulators and the network for their spaces."""
-    pool = make_env_pool(cfg.env, cfg.model)
-    return pool, make_net_spec(cfg.model, pool.obs_shape, pool.num_actions)
-
-
-def train_single(cfg: Config, laps: WorkerLaps | None = None) -> dict:
+def train_single(cfg: Config, laps: WorkerLaps | None = None, job: str | None = None) -> dict:
     """The single-node BA3C trainer: simulators, predictor, trainer and optimizer in one
     process. Returns the run summary. ``laps``: where the worker's threads time their
-    sections (``dba3c bench --profile`` reads them while it runs)."""
+    sections (``dba3c bench --profile`` reads them while it runs); ``job``: the Slurm job
+    this process runs in (recorded with the run directory's lock)."""
     if cfg.synthetic.enabled:
         raise UserError("synthetic.enabled=true needs parameter-server ranks: run it with "
                         "`dba3c launch CONFIG --workers W` (world size 1 computes for real)")
+    spec = make_net_spec(cfg.model, *env_spaces(cfg))
+    with RunLock(cfg.run.dir, job):
+        return _train(cfg, spec, checkpoint.load_start(cfg, spec), laps)
+
+
+def _train(cfg: Config, spec: NetSpec, start: checkpoint.StartState,
+           laps: WorkerLaps | None) -> dict:
+    """:func:`train_single` from ``start``, the run directory locked."""
     # TensorFlow is imported here, after the config checks, not with this module: the chief
     # of a synthetic-compute run imports none
     from dba3c.games.evaluation import BackgroundEvaluator
     from dba3c.learning.learner import Learner
     from dba3c.training.worker import Worker
 
-    pool, spec = ((None, make_net_spec(cfg.model, *env_spaces(cfg)))
-                  if cfg.debug.synthetic_data else make_pool_and_spec(cfg))
-    try:
-        start = checkpoint.load_start(cfg, spec)
-    except UserError:
-        if pool is not None:
-            pool.close()
-        raise
+    pool = None if cfg.debug.synthetic_data else make_env_pool(cfg.env, cfg.model)
     print("\n".join(rank_lines(0, "chief+worker", cfg.env, cfg.train, ranks_on_node=1)),
           file=sys.stderr, flush=True)
     store = LocalParameterServer(start.theta, start.opt_state, start.step, make_optimizer(cfg))

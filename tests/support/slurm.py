@@ -40,15 +40,18 @@ def wait_job(job_id: str, log, timeout: float = 300) -> dict:
                          f"{job_info(job_id).get('JobState')}; log:\n{tail}")
 
 
+# slurm/breakout_64.sh's overrides for 1 worker + 1 PS on seeded random batches, quiet
+REQUEUE_RUN = ("dist.ps=1", "eval.rank=false", "eval.every=0", "debug.synthetic_data=true",
+               "model.kind=a3c_ff", "train.batch_size=8", "run.log_every=1",
+               "run.checkpoint_every=1000", "run.progress=none")
+
+
 def check_usr2_requeue_resumes_without_gap(tmp_path, *placement: str) -> None:
     """A 1 worker + 1 PS job placed by the sbatch options ``placement`` gets SIGUSR2 after
     10 steps: it checkpoints, requeues itself and ends at step 300 with no gap or repeat."""
     run = tmp_path / "run"
     job = sbatch(*placement, "-o", tmp_path / "%j.out", "slurm/breakout_64.sh",
-                 "dist.ps=1", "eval.rank=false", "eval.every=0", "debug.synthetic_data=true",
-                 "model.kind=a3c_ff", "train.batch_size=8", "train.max_steps=300",
-                 "run.log_every=1", "run.checkpoint_every=1000", f"run.dir={run}",
-                 "run.progress=none")
+                 *REQUEUE_RUN, "train.max_steps=300", f"run.dir={run}")
     deadline = time.monotonic() + 180
     while not (run / "metrics.jsonl").exists() or \
             len((run / "metrics.jsonl").read_text().splitlines()) < 10:

@@ -7,6 +7,7 @@ and not installed, no package registry), these tests skip with the reason.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -16,7 +17,12 @@ import sys
 import pytest
 
 from tests.support import ROOT, read_jsonl
-from tests.support.slurm import check_usr2_requeue_resumes_without_gap, sbatch, wait_job
+from tests.support.slurm import (
+    REQUEUE_RUN,
+    check_usr2_requeue_resumes_without_gap,
+    sbatch,
+    wait_job,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 CLUSTER = ["bash", str(ROOT / "slurm" / "local-cluster.sh")]
@@ -67,6 +73,33 @@ def test_too_few_tasks_fail_at_once_with_a_clear_error(slurm, tmp_path):
 
 def test_usr2_checkpoints_requeues_and_resumes_without_gap(slurm, tmp_path):
     check_usr2_requeue_resumes_without_gap(tmp_path, "-N1", "-n2")
+
+
+def test_a_requeued_job_takes_over_the_lock_its_lost_run_kept(slurm, tmp_path):
+    """As after a node failure: the run directory's lock names this very job on a host that
+    is gone, and its flock is still held (a network file system keeps a lost client's lock
+    until its lease ends; here the test holds it). The job, submitted held so that its id
+    can be recorded first, takes the lock over with one line and trains."""
+    run = tmp_path / "run"
+    job = sbatch("--hold", "-N1", "-n2", "-o", tmp_path / "%j.out", "slurm/breakout_64.sh",
+                 *REQUEUE_RUN, "train.max_steps=5", f"run.dir={run}")
+    run.mkdir()
+    lost = {"host": "lost-node", "pid": 4242, "job": job, "started": "2026-11-27T10:00:00+00:00"}
+    (run / "run.lock").write_text(json.dumps(lost))
+    kept = os.open(run / "run.lock", os.O_RDWR)
+    fcntl.flock(kept, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        subprocess.run(["scontrol", "release", job], check=True)
+        info = wait_job(job, tmp_path / f"{job}.out")
+    finally:
+        os.close(kept)
+    log = (tmp_path / f"{job}.out").read_text()
+    assert info["JobState"] == "COMPLETED", log[-3000:]
+    assert (f"taking over {run} from the run of pid 4242 on host lost-node, Slurm job {job}, "
+            f"started {lost['started']}: Slurm requeued job {job}, which now runs here"
+            in log), log[-3000:]
+    assert json.loads((run / "summary.json").read_text())["final_step"] == 5
+    assert not (run / "run.lock").exists()
 
 
 def test_submitit_job_with_two_tasks_returns_a_result(slurm, tmp_path):
