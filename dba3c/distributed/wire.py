@@ -14,8 +14,10 @@ are float64 or int64 vectors. ``END`` as a version or step means "nothing more f
   InfoMsg       PSINFO             PS -> chief           float64 [version, dropped, nonfinite,
                                                          staleness sum, count, max]
   ReportMsg     STATS              worker -> chief       float64 [WorkerReport..., final, rank]
-  ControlMsg    CONTROL            chief <-> PS          int64 [command, argument]
-  EvalMsg       EVAL               evaluator -> chief    float64 [step, n, scores...]
+  ControlMsg    CONTROL            chief <-> PS,         int64 [command, argument]
+                                   chief <-> evaluator
+  EvalMsg       EVAL               evaluator -> chief    float64 [step, n, scores...]; no
+                                                         scores: dropped
   StatusMsg     STATUS             PS -> chief           int64 [version, n, ranks...]
 """
 
@@ -53,12 +55,15 @@ class Tag(IntEnum):
 
 
 class Command(IntEnum):
-    """CONTROL commands: chief -> PS STOP, STOP_AT step, QUERY; PS -> chief FROZEN version."""
+    """CONTROL commands: chief -> PS STOP, STOP_AT step, QUERY; PS -> chief FROZEN version;
+    chief -> evaluator STOP; evaluator -> chief PLAYED games (of an evaluation after the run
+    ended)."""
 
     STOP = 1
     STOP_AT = 2
     FROZEN = 3
     QUERY = 4
+    PLAYED = 5
 
 
 class Message(Protocol):
@@ -257,7 +262,7 @@ class ReportMsg:
 
 @dataclass(frozen=True)
 class ControlMsg:
-    """A command between the chief and a PS."""
+    """A command between the chief and a PS or the evaluator rank."""
 
     TAG: ClassVar[Tag] = Tag.CONTROL
     DTYPE: ClassVar[type[np.generic]] = np.int64
@@ -277,7 +282,8 @@ class ControlMsg:
 
 @dataclass(frozen=True)
 class EvalMsg:
-    """The evaluator's scores of the parameters at ``step``; step END: it has finished."""
+    """The evaluator's scores of the parameters at ``step``; no scores: that evaluation was
+    dropped; step END: the evaluator has finished."""
 
     TAG: ClassVar[Tag] = Tag.EVAL
     DTYPE: ClassVar[type[np.generic]] = np.float64

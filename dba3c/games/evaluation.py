@@ -119,22 +119,27 @@ def record_game(cfg: Config, spec: NetSpec, theta: np.ndarray,
 
 
 class BackgroundEvaluator(threading.Thread):
-    """Evaluates parameter snapshots in a thread of the training process (single-node runs).
+    """Evaluates parameter snapshots in a thread of the training process (single-node runs,
+    and the chief without an evaluator rank).
 
-    ``after_step`` submits the steps that ``eval.every`` asks for (:class:`EvalSchedule`);
+    ``after_step`` submits the steps that ``eval.every`` asks for (:class:`EvalSchedule`;
+    its ``last`` the final parameters, ``start_step`` the step the run started from);
     ``submit`` replaces any snapshot not yet started (the newest wins); finished evaluations
     are collected with ``results``. It shares the CPU with training: each evaluation costs
     about ``eval.episodes`` games of forward passes (fewer with ``eval.stop_below_target``).
     """
 
-    def __init__(self, cfg: Config, spec: NetSpec):
+    def __init__(self, cfg: Config, spec: NetSpec, start_step: int):
         super().__init__(name="evaluator", daemon=True)
         self.cfg, self.spec = cfg, spec
         self._inbox: queue.Queue = queue.Queue(maxsize=1)
         self._outbox: queue.Queue = queue.Queue()
         self._stopping = threading.Event()
         self.error: BaseException | None = None
-        self.schedule = EvalSchedule(cfg.eval.every, self.submit)
+        self.schedule = EvalSchedule(cfg.eval.every, self.submit, at_end=cfg.eval.at_end,
+                                     start=start_step)
+        self.finished = -1  # the newest step whose scores are in the outbox
+        self.games = 0  # games the evaluation in progress has played
 
     def after_step(self, step: int, theta: np.ndarray) -> list[tuple[int, list[float]]]:
         """Submit ``theta`` if ``step`` is due for evaluation; return the evaluations
@@ -150,6 +155,11 @@ class BackgroundEvaluator(threading.Thread):
             pass
         self._inbox.put((step, theta.copy()))
 
+    def in_progress(self) -> int | None:
+        """The step of the newest evaluation asked for and not finished (None: none)."""
+        step = self.schedule.submitted
+        return step if step > self.finished else None
+
     def results(self) -> list[tuple[int, list[float]]]:
         """Evaluations finished since the last call: (step, scores)."""
         if self.error is not None:
@@ -161,6 +171,8 @@ class BackgroundEvaluator(threading.Thread):
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Abandon any evaluation in progress, close the simulators and end the thread."""
+        if self._stopping.is_set():
+            return
         self._stopping.set()
         try:
             self._inbox.get_nowait()
@@ -168,6 +180,9 @@ class BackgroundEvaluator(threading.Thread):
             pass
         self._inbox.put(None)  # wakes the thread if it waits for a snapshot
         self.join(timeout_s)
+
+    def _played(self, games: int, _score: float) -> None:
+        self.games = games
 
     def run(self) -> None:
         pool = None
@@ -181,11 +196,14 @@ class BackgroundEvaluator(threading.Thread):
                     break
                 step, theta = item
                 learner.set_params(theta)
+                self.games = 0
                 scores = play(learner.predict, pool, self.cfg.eval.episodes,
                               greedy=self.cfg.eval.greedy, seed=self.cfg.run.seed + step,
-                              should_stop=self._stopping.is_set, give_up=give_up)
+                              on_game=self._played, should_stop=self._stopping.is_set,
+                              give_up=give_up)
                 if not self._stopping.is_set():
                     self._outbox.put((step, scores))
+                    self.finished = step
         except BaseException as e:
             self.error = e
         finally:

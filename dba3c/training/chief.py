@@ -4,6 +4,10 @@ evaluation results and the decision to stop.
 The chief learns of each new global step through :meth:`Chief.on_step`, of workers' counters
 through :meth:`worker_report`, of parameter/Adam state through :meth:`save_checkpoint`, and of
 evaluations through :meth:`on_eval`. It never talks to other ranks itself.
+
+A run ends normally (``train.max_steps``, ``train.max_seconds``, the target score) or by a
+signal. At a normal end the final parameters are evaluated (``eval.at_end``) and the run
+waits for that evaluation; a signal drops the evaluation in progress, saying so.
 """
 
 from __future__ import annotations
@@ -11,15 +15,19 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from types import FrameType
+from types import FrameType, TracebackType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dba3c.config import INF, Config
+from dba3c.core import Params
 from dba3c.games.scores import score_stats
+from dba3c.learning.models import NetSpec
 from dba3c.learning.optim import learning_rate
 from dba3c.learning.params import ParamLayout
 from dba3c.training import checkpoint
@@ -28,9 +36,15 @@ from dba3c.training.metrics import Progress, ScalarLog, TensorBoard, Wandb
 from dba3c.training.report import AVERAGED, FRACTIONS, WorkerReport
 from dba3c.training.rundir import JsonlWriter, RunDir
 
+if TYPE_CHECKING:  # TensorFlow: a synthetic-compute chief evaluates nothing and imports none
+    from dba3c.games.evaluation import BackgroundEvaluator
+
+PROGRESS_EVERY_S = 10.0  # between lines while the run waits for its last evaluation
+
 
 class Chief:
-    """Owns the run directory of one training run.
+    """Owns the run directory of one training run; ``with Chief(...) as chief`` closes it
+    (:meth:`close`) however the block ends.
 
     Args:
       cfg: the resolved config. start: the checkpoint resumed from (None for a fresh run).
@@ -69,6 +83,8 @@ class Chief:
         # (t, data points, frames, times)
         self._window: tuple[float, float, float, dict] = (time.monotonic(), 0.0, 0.0, {})
         self.stop_reason: str | None = None
+        self.signal: str | None = None  # the name of the signal that stopped the run
+        self._progress_shown = -INF  # when the last line about the last evaluation was
         self._stop_at_max_steps(self.start_step)  # a finished run started again: nothing to do
         if self.stop_reason:
             print(f"{self.run_dir.path} is at step {self.start_step}: train.max_steps="
@@ -89,9 +105,11 @@ class Chief:
         self.reports[rank] = report
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM, SIGINT and SIGUSR2 ask for a checkpoint and a clean stop."""
+        """SIGTERM, SIGINT and SIGUSR2 ask for a checkpoint and a clean stop (and drop the
+        evaluation in progress, also the one a normal end waits for)."""
         def handler(signum: int, _frame: FrameType | None) -> None:
-            self.request_stop(f"signal {signal.Signals(signum).name}")
+            self.signal = self.signal or signal.Signals(signum).name
+            self.request_stop(f"signal {self.signal}")
 
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2):
             signal.signal(sig, handler)
@@ -142,8 +160,75 @@ class Chief:
             self.summary.update(time_to_target_s=record["time_s"], target_step=step)
             if self.cfg.eval.stop_at_target:
                 self.request_stop(f"eval.target_score={self.cfg.eval.target_score:g} reached")
+        self.summary["last_eval"] = {"step": step, "mean": record["mean"],
+                                     "episodes": record["episodes"],
+                                     "greedy": self.cfg.eval.greedy,
+                                     **({"hns": record["hns"]} if "hns" in record else {})}
+        if self.stop_reason is not None:  # what the run ended with
+            self._say(f"evaluation of step {step}: mean score {record['mean']:g} over "
+                      f"{record['episodes']} games"
+                      + (f", hns {record['hns']:.3f}" if "hns" in record else ""))
         self._write_scalars(step, eval_scalars)
         self._write_summary()
+
+    # ---- evaluation in this process, and at the end ---------------------------------------
+    @contextmanager
+    def evaluator_thread(self, spec: NetSpec,
+                         wanted: bool = True) -> Iterator[BackgroundEvaluator | None]:
+        """This process's evaluator thread while the block runs (None unless ``eval.every``
+        asks for evaluations and ``wanted``: no evaluator rank does them), stopped at its
+        end whatever happens."""
+        if not (self.cfg.eval.every and wanted):
+            yield None
+            return
+        from dba3c.games.evaluation import BackgroundEvaluator  # TensorFlow: only here
+
+        evaluator = BackgroundEvaluator(self.cfg, spec, self.start_step)
+        evaluator.start()
+        try:
+            yield evaluator
+        finally:
+            evaluator.stop()
+
+    def finish_evaluations(self, evaluator: BackgroundEvaluator | None,
+                           final: Params | None) -> None:
+        """The end of the run for this process's evaluator (if any): at a normal end (no
+        signal, ``eval.at_end``) it evaluates the ``final`` parameters (unless it did, or
+        the run trained nothing) and the run waits for every evaluation it was given, with
+        a line every 10 s; a signal meanwhile drops the one in progress, as does the end of
+        a run without ``eval.at_end``. Records what finished; says what was dropped."""
+        if evaluator is None:
+            return
+        if self.cfg.eval.at_end and self.signal is None and final is not None:
+            evaluator.schedule.last(final.version, final.theta)
+            while evaluator.in_progress() is not None and self.signal is None:
+                for step, scores in evaluator.results():
+                    self.on_eval(step, scores)
+                self.evaluation_progress(evaluator.games)
+                time.sleep(0.05)
+        evaluator.stop()
+        dropped = evaluator.in_progress()
+        for step, scores in evaluator.results():
+            self.on_eval(step, scores)
+        if dropped is not None:
+            self.evaluation_dropped(dropped)
+
+    def evaluation_progress(self, games: int) -> None:
+        """The run is over and waits for an evaluation that has played ``games`` games: a line
+        now and then."""
+        now = time.monotonic()
+        if now - self._progress_shown >= PROGRESS_EVERY_S:
+            self._progress_shown = now
+            self._say(f"waiting for the evaluation at the end of the run: {games} of "
+                      f"{self.cfg.eval.episodes} games played")
+
+    def evaluation_dropped(self, step: int) -> None:
+        """The evaluation of ``step`` in progress was abandoned: say so and why."""
+        why = f"stopped by signal {self.signal}" if self.signal else "eval.at_end=false"
+        self._say(f"the evaluation of step {step} in progress was dropped ({why})")
+
+    def _say(self, line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
 
     # ---- outputs ------------------------------------------------------------------------
     def _log(self, step: int) -> None:
@@ -189,6 +274,13 @@ class Chief:
     def _write_summary(self) -> None:
         self.run_dir.write_summary({**self.summary, "final_step": self.step,
                                     "time_s": self.elapsed()})
+
+    def __enter__(self) -> Chief:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
 
     def close(self) -> None:
         """Log the last step if it was not (whatever ended the run: a signal, the target

@@ -78,43 +78,35 @@ def _train(cfg: Config, spec: NetSpec, start: checkpoint.StartState,
     """:func:`train_single` from ``start``, the run directory locked."""
     # TensorFlow is imported here, after the config checks, not with this module: the chief
     # of a synthetic-compute run imports none
-    from dba3c.games.evaluation import BackgroundEvaluator
     from dba3c.learning.learner import Learner
     from dba3c.training.worker import Worker
 
-    pool = None if cfg.debug.synthetic_data else make_env_pool(cfg.env, cfg.model)
     print("\n".join(rank_lines(0, "chief+worker", cfg.env, cfg.train, ranks_on_node=1)),
           file=sys.stderr, flush=True)
     store = LocalParameterServer(start.theta, start.opt_state, start.step, make_optimizer(cfg))
-    chief = Chief(cfg, start.ckpt, spec.layout(), num_workers=1, hosts=[socket.gethostname()])
-    chief.install_signal_handlers()
-    evaluator = None
-    if cfg.eval.every:
-        evaluator = BackgroundEvaluator(cfg, spec)
-        evaluator.start()
-    worker = Worker(cfg, 0, Learner(spec, cfg.train, start.theta), pool, laps)
+    with Chief(cfg, start.ckpt, spec.layout(), num_workers=1,
+               hosts=[socket.gethostname()]) as chief, chief.evaluator_thread(spec) as evaluator:
+        chief.install_signal_handlers()
+        pool = None if cfg.debug.synthetic_data else make_env_pool(cfg.env, cfg.model)
+        worker = Worker(cfg, 0, Learner(spec, cfg.train, start.theta), pool, laps)
 
-    def save(step: int) -> None:
-        chief.save_checkpoint(step, [store.theta], [store.opt_state.m_shard],
-                              [store.opt_state.v_shard], store.opt_state.count)
+        def save(step: int) -> None:
+            chief.save_checkpoint(step, [store.theta], [store.opt_state.m_shard],
+                                  [store.opt_state.v_shard], store.opt_state.count)
 
-    def after_step(params: Params, report: WorkerReport) -> bool:
-        chief.worker_report(0, report)
-        chief.extra["train/nonfinite_skipped"] = store.nonfinite_skipped
-        chief.on_step(params.version)
-        if chief.checkpoint_due(params.version):
-            save(params.version)
-        if evaluator is not None:
-            for step, scores in evaluator.after_step(params.version, params.theta):
-                chief.on_eval(step, scores)
-        return chief.stop_reason is not None
+        def after_step(params: Params, report: WorkerReport) -> bool:
+            chief.worker_report(0, report)
+            chief.extra["train/nonfinite_skipped"] = store.nonfinite_skipped
+            chief.on_step(params.version)
+            if chief.checkpoint_due(params.version):
+                save(params.version)
+            if evaluator is not None:
+                for step, scores in evaluator.after_step(params.version, params.theta):
+                    chief.on_eval(step, scores)
+            return chief.stop_reason is not None
 
-    try:
         worker.train(store, after_step)
         if store.version > chief.start_step:
             save(store.version)
-    finally:
-        if evaluator is not None:
-            evaluator.stop()
-        chief.close()
+        chief.finish_evaluations(evaluator, Params(store.version, store.theta))
     return chief.summary

@@ -32,7 +32,7 @@ class FakeChief:
     """Records what the ChiefLink hands to a Chief."""
 
     def __init__(self):
-        self.step, self.start_step, self.stop_reason = 0, 0, None
+        self.step, self.start_step, self.stop_reason, self.signal = 0, 0, None, None
         self.extra, self.reports, self.checkpoints = {}, {}, {}
 
     def worker_report(self, rank, report):

@@ -234,15 +234,18 @@ def test_a_rank_waiting_in_the_collectives_does_not_spin_a_core():
 @pytest.mark.slow
 def test_the_evaluator_rank_evaluates_the_workers_shards_and_can_stop_the_run(tmp_path):
     """CartPole, 2 collective workers + an evaluator rank, whose snapshots come from every
-    worker's shard; the first evaluation reaches the (zero) target and stops the run."""
+    worker's shard; the first evaluation reaches the (zero) target and stops the run, whose
+    final parameters the evaluator rank then evaluates too."""
     run = tmp_path / "run"
     dba3c("launch", "configs/cartpole.yaml", "--workers", 2, *COLLECTIVE, "--evaluator",
           "train.max_steps=1000000", "train.max_seconds=240", "eval.every=5",
           "eval.episodes=2", "eval.target_score=0", "eval.stop_at_target=true",
           "run.progress=none", "run.checkpoint_every=0", f"run.dir={run}", timeout=300)
     evals = read_jsonl(run / "eval.jsonl")
-    assert evals and all(e["step"] % 5 == 0 and e["episodes"] == 2 for e in evals)
     done = summary(run)
+    assert all(e["episodes"] == 2 for e in evals)
+    assert all(e["step"] % 5 == 0 for e in evals[:-1]) and len(evals) >= 2
+    assert evals[-1]["step"] == done["final_step"] > evals[0]["step"]  # the final parameters
     assert done["stop_reason"] == "eval.target_score=0 reached"
     assert done["target_step"] == evals[0]["step"]
-    assert ckpt_steps(run) == [done["final_step"]] and done["final_step"] > evals[0]["step"]
+    assert ckpt_steps(run) == [done["final_step"]]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dba3c.config import Config
-from dba3c.core import Transport
+from dba3c.core import Params, Transport
 from dba3c.distributed.chief_inbox import ChiefInbox, save_shards
 from dba3c.distributed.mailbox import Inbox, Sender
 from dba3c.distributed.roles import Roles
@@ -35,13 +35,15 @@ if TYPE_CHECKING:
 
 
 class Snapshots:
-    """A training rank's shard to the evaluator rank every ``eval.every`` steps, and DONE at
-    the end (as a parameter server sends them); nothing without an evaluator rank."""
+    """A training rank's shard to the evaluator rank every ``eval.every`` steps, the one the
+    run ended with (``eval.at_end``), and DONE at the end (as a parameter server sends
+    them); nothing without an evaluator rank."""
 
-    def __init__(self, t: Transport, roles: Roles, cfg: Config):
+    def __init__(self, t: Transport, roles: Roles, cfg: Config, start_step: int):
         self.sender = Sender(t)
         self.evaluators = [] if roles.evaluator is None else [roles.evaluator]
-        self.schedule = EvalSchedule(cfg.eval.every if self.evaluators else 0, self._send)
+        self.schedule = EvalSchedule(cfg.eval.every if self.evaluators else 0, self._send,
+                                     at_end=cfg.eval.at_end, start=start_step)
 
     def _send(self, version: int, theta_shard: np.ndarray) -> None:
         self.sender.post(ParamsMsg(version, theta_shard.copy()), self.evaluators, Tag.SNAPSHOT)
@@ -50,8 +52,10 @@ class Snapshots:
         """Send the shard if its version is due for evaluation."""
         self.schedule.after_step(shard.version, shard.theta_shard)
 
-    def done(self) -> None:
-        """The run is over: DONE to the evaluator."""
+    def done(self, shard: ShardServer) -> None:
+        """The run is over: the shard it ended with (unless sent already), then DONE to the
+        evaluator."""
+        self.schedule.last(shard.version, shard.theta_shard)
         self.sender.post(ParamsMsg(END), self.evaluators, Tag.SNAPSHOT)
 
 
@@ -75,6 +79,7 @@ class CollectiveChiefLink:
         self.final_states: set[int] = set()
         self.answers: dict[int, int] = {}  # rank -> its step, answering the last QUERY
         self.step = chief.start_step
+        self.final_params: Params | None = None  # what the run ended with, once known
 
     def send_start(self, step: int, theta: np.ndarray, opt_state: OptimizerState) -> ShardServer:
         """Hand every other training rank its shard of the start state; the chief's own."""
@@ -98,11 +103,16 @@ class CollectiveChiefLink:
         self.clock.progress(time.monotonic())
 
     @property
+    def workers_finished(self) -> bool:
+        """Every other rank's final state and final report arrived."""
+        return (len(self.final_states) == len(self.others)
+                and len(self.inbox.final_reports) == len(self.others))
+
+    @property
     def finished(self) -> bool:
-        """Every other rank's final state and final report arrived, the evaluator rank (if
-        any) is done, every send completed."""
-        return (len(self.final_states) == len(self.others) and self.inbox.evaluator_done
-                and len(self.inbox.final_reports) == len(self.others) and self.sender.idle())
+        """The workers finished, the evaluator rank (if any) is done, every send
+        completed."""
+        return self.workers_finished and self.inbox.evaluator_done and self.sender.idle()
 
     def poll(self) -> None:
         """Process what arrived; fail the job when no step completed for the timeout."""
@@ -120,7 +130,8 @@ class CollectiveChiefLink:
         shards[rank] = state
         if len(shards) < self.roles.num_workers:
             return
-        save_shards(self.chief, self.plan, [shards[r] for r in self.roles.workers])
+        final = save_shards(self.chief, self.plan, [shards[r] for r in self.roles.workers])
+        self.final_params = final or self.final_params
         del self.pending_state[state.version]
 
     def _watch(self) -> None:
@@ -136,9 +147,13 @@ class CollectiveChiefLink:
             self.sender.post(ControlMsg(Command.QUERY, self.step), self.others)
         if not self.clock.expired(now):
             return
-        silent = [r for r in self.others if r not in self.answers]
-        why = (f"workers {silent}: no gradient for step {self.step}, they do not answer"
-               if silent else f"every worker waits in the collective of step {self.step}")
+        evaluator = self.roles.evaluator
+        if self.workers_finished and evaluator is not None:  # only its end is due
+            silent, why = [evaluator], "the evaluator rank has not ended"
+        else:
+            silent = [r for r in self.others if r not in self.answers]
+            why = (f"workers {silent}: no gradient for step {self.step}, they do not answer"
+                   if silent else f"every worker waits in the collective of step {self.step}")
         timeout = self.cfg.dist.stall_timeout
         raise TrainingError(f"no step for {timeout:g} s, waiting on ranks {silent} ({why}; "
                             f"dist.stall_timeout={timeout:g})")

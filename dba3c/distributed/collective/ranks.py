@@ -88,7 +88,7 @@ def run_collective_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec
     client = CollectiveClient(group, shard, plan, cfg.train, chief=False,
                               wants_stop=lambda: False, idle=watch.poll if watch else None,
                               max_sleep_s=cfg.dist.collective_poll_s)
-    sender, snapshots = Sender(t), Snapshots(t, roles, cfg)
+    sender, snapshots = Sender(t), Snapshots(t, roles, cfg, start_step)
 
     def after_step(params: Params, report: WorkerReport) -> bool:
         if watch is not None:
@@ -103,7 +103,7 @@ def run_collective_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec
     train(worker, client, after_step, overlaps(cfg))
     sender.post(ReportMsg(worker.report({}, 0.0), True, t.rank), [0])
     sender.post(state_message(shard, final=True), [0])
-    snapshots.done()
+    snapshots.done(shard)
     wait_until(lambda: sender.idle() and snapshots.sender.idle(),
                watch.poll if watch else None)
 
@@ -116,52 +116,40 @@ def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
     from dba3c.training.chief import Chief
 
     start = load_start(cfg, spec)
-    chief = Chief(cfg, start.ckpt, spec.layout(), roles.num_workers, t.hosts)
-    chief.install_signal_handlers()
-    chief.extra["dist/replicas"] = roles.num_workers
-    plan = make_shard_plan(cfg, spec.layout(), group.size)
-    link = CollectiveChiefLink(t, roles, cfg, chief, plan)
-    shard = link.send_start(start.step, start.theta, start.opt_state)
-    client = CollectiveClient(group, shard, plan, cfg.train, chief=True,
-                              wants_stop=lambda: chief.stop_reason is not None, idle=link.poll,
-                              max_sleep_s=cfg.dist.collective_poll_s)
-    snapshots = Snapshots(t, roles, cfg)
-    evaluator = None
-    if cfg.eval.every and roles.evaluator is None:  # no evaluator rank: evaluate in here
-        from dba3c.games.evaluation import BackgroundEvaluator
+    with Chief(cfg, start.ckpt, spec.layout(), roles.num_workers, t.hosts) as chief, \
+            chief.evaluator_thread(spec, roles.evaluator is None) as evaluator:
+        chief.install_signal_handlers()
+        chief.extra["dist/replicas"] = roles.num_workers
+        plan = make_shard_plan(cfg, spec.layout(), group.size)
+        link = CollectiveChiefLink(t, roles, cfg, chief, plan)
+        shard = link.send_start(start.step, start.theta, start.opt_state)
+        client = CollectiveClient(group, shard, plan, cfg.train, chief=True,
+                                  wants_stop=lambda: chief.stop_reason is not None,
+                                  idle=link.poll, max_sleep_s=cfg.dist.collective_poll_s)
+        snapshots = Snapshots(t, roles, cfg, start.step)
 
-        evaluator = BackgroundEvaluator(cfg, spec)
-        evaluator.start()
+        def after_step(params: Params, report: WorkerReport) -> bool:
+            chief.worker_report(t.rank, report)
+            chief.extra["train/nonfinite_skipped"] = shard.stats.nonfinite_skipped
+            link.on_step(params.version)
+            link.poll()  # also when the step's collectives had completed before it waited
+            chief.on_step(params.version)
+            if chief.checkpoint_due(params.version) and not client.stopping:
+                link.own_state(shard, final=False)
+            snapshots.after_step(shard)
+            if evaluator is not None:
+                for step, scores in evaluator.after_step(params.version, params.theta):
+                    chief.on_eval(step, scores)
+            return client.stopping
 
-    def after_step(params: Params, report: WorkerReport) -> bool:
-        chief.worker_report(t.rank, report)
-        chief.extra["train/nonfinite_skipped"] = shard.stats.nonfinite_skipped
-        link.on_step(params.version)
-        link.poll()  # also when the step's collectives had completed before the chief waited
-        chief.on_step(params.version)
-        if chief.checkpoint_due(params.version) and not client.stopping:
-            link.own_state(shard, final=False)
-        snapshots.after_step(shard)
-        if evaluator is not None:
-            for step, scores in evaluator.after_step(params.version, params.theta):
-                chief.on_eval(step, scores)
-        return client.stopping
-
-    try:
         train(worker, client, after_step, overlaps(cfg))
         chief.worker_report(t.rank, worker.report({}, 0.0))
         link.own_state(shard, final=True)
-        snapshots.done()
+        snapshots.done(shard)
 
         def finished() -> bool:
             link.poll()
             return link.finished and snapshots.sender.idle()
 
         wait_until(finished)
-        if evaluator is not None:
-            for step, scores in evaluator.results():
-                chief.on_eval(step, scores)
-    finally:
-        if evaluator is not None:
-            evaluator.stop()
-        chief.close()
+        chief.finish_evaluations(evaluator, link.final_params)

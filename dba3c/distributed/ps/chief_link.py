@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dba3c.config import Config
-from dba3c.core import Transport
+from dba3c.core import Params, Transport
 from dba3c.distributed.chief_inbox import ChiefInbox, save_shards
 from dba3c.distributed.mailbox import Inbox, Sender
 from dba3c.distributed.roles import Roles
@@ -52,6 +52,7 @@ class ChiefLink:
         self.info_versions: dict[int, int] = {}
         self.frozen: dict[int, int] = {}
         self.stop_sent = self.stop_at_sent = False
+        self.final_params: Params | None = None  # what the run ended with, once known
 
     def send_init(self, step: int, theta: np.ndarray, opt_state: OptimizerState) -> None:
         """Hand every PS its shard of the starting parameters and optimizer state."""
@@ -131,7 +132,8 @@ class ChiefLink:
         shards = self.pending_state[msg.version]
         if len(shards) < len(self.roles.ps):
             return
-        save_shards(self.chief, self.plan, [shards[p] for p in self.roles.ps])
+        final = save_shards(self.chief, self.plan, [shards[p] for p in self.roles.ps])
+        self.final_params = final or self.final_params
         del self.pending_state[msg.version]
 
     def _stop_protocol(self) -> None:

@@ -21,23 +21,18 @@ from dba3c.training.report import WorkerReport
 from dba3c.training.worker import Worker
 
 if TYPE_CHECKING:
+    from dba3c.games.evaluation import BackgroundEvaluator
     from dba3c.training.chief import Chief
 
 
 def run_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec, worker: Worker,
-               link: ChiefLink | None = None, chief: Chief | None = None) -> None:
+               link: ChiefLink | None = None, chief: Chief | None = None,
+               evaluator: BackgroundEvaluator | None = None) -> None:
     """Train ``worker`` on this rank; the chief (rank 0) passes its link and Chief to do its
-    duties while it waits for parameters."""
+    duties while it waits for parameters, and its evaluator thread if it evaluates."""
     client = RemoteParameterClient(t, roles, cfg, spec.layout().num_params,
                                    idle=link.poll if link else None)
     sender = Sender(t)
-
-    evaluator = None
-    if chief is not None and roles.evaluator is None and cfg.eval.every:
-        from dba3c.games.evaluation import BackgroundEvaluator
-
-        evaluator = BackgroundEvaluator(cfg, spec)  # no evaluator rank: evaluate in here
-        evaluator.start()
 
     def send_report(params: Params | None, report: WorkerReport, final: bool) -> bool:
         if chief is None:
@@ -55,11 +50,7 @@ def run_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec, worker: W
                 chief.on_eval(step, scores)
         return False
 
-    try:
-        worker.train(client, lambda params, report: send_report(params, report, False))
-    finally:
-        if evaluator is not None:
-            evaluator.stop()
+    worker.train(client, lambda params, report: send_report(params, report, False))
     send_report(None, worker.report({}, 0.0), True)
     client.close()
     wait_until(sender.idle)
@@ -68,22 +59,24 @@ def run_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec, worker: W
 def run_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
               make_worker: Callable[[], Worker]) -> None:
     """Rank 0: resume or initialise, hand the parameter servers their shards, train if
-    ``dist.chief_trains``, and keep the run directory until every rank is done."""
+    ``dist.chief_trains`` (then, without an evaluator rank, evaluate in a thread), and keep
+    the run directory until every rank is done."""
     from dba3c.training.checkpoint import load_start
     from dba3c.training.chief import Chief
 
     start = load_start(cfg, spec)
-    chief = Chief(cfg, start.ckpt, spec.layout(), roles.num_workers, t.hosts)
-    chief.install_signal_handlers()
-    link = ChiefLink(t, roles, cfg, chief, spec.layout().num_params)
-    link.send_init(start.step, start.theta, start.opt_state)
-    try:
-        if 0 in roles.workers:
-            run_worker(t, roles, cfg, spec, make_worker(), link, chief)
+    trains = 0 in roles.workers
+    with Chief(cfg, start.ckpt, spec.layout(), roles.num_workers, t.hosts) as chief, \
+            chief.evaluator_thread(spec, trains and roles.evaluator is None) as evaluator:
+        chief.install_signal_handlers()
+        link = ChiefLink(t, roles, cfg, chief, spec.layout().num_params)
+        link.send_init(start.step, start.theta, start.opt_state)
+        if trains:
+            run_worker(t, roles, cfg, spec, make_worker(), link, chief, evaluator)
+
         def finished() -> bool:
             link.poll()
             return link.finished
 
         wait_until(finished)
-    finally:
-        chief.close()
+        chief.finish_evaluations(evaluator, link.final_params)

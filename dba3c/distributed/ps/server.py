@@ -79,7 +79,8 @@ class ParameterServer:
         self.arrived: set[int] = set()  # workers whose gradient for the current version is in
         self.evaluators = [] if roles.evaluator is None else [roles.evaluator]
         self.snapshots = EvalSchedule(cfg.eval.every if self.evaluators else 0,
-                                      self._send_snapshot)
+                                      self._send_snapshot, at_end=cfg.eval.at_end,
+                                      start=init.version)
         self._send_params(init.version, roles.workers, final=False)
         self._send_info()
         if cfg.train.reached_max_steps(init.version):
@@ -176,9 +177,11 @@ class ParameterServer:
         self.sender.post(state_message(self.server, final), [0])
 
     def _finish(self) -> None:
-        """Final state to the chief, DONE to every worker and the evaluator."""
+        """Final state to the chief, DONE to every worker; the final shard (unless sent
+        already) and DONE to the evaluator."""
         self._send_state(final=True)
         self.sender.post(ParamsMsg(END), self.roles.workers)
+        self.snapshots.last(self.server.version, self.server.theta_shard)
         self.sender.post(ParamsMsg(END), self.evaluators, Tag.SNAPSHOT)
         self.state = PsState.FINISHED
 

@@ -1,5 +1,6 @@
 """The chief (dba3c.training.chief): its metrics from worker reports as they arrive over the
-wire, and the last step logged when a run ends between log steps."""
+wire, the last step logged when a run ends between log steps, and the end of a run for an
+evaluator thread (a signal during the last evaluation, eval.at_end=false)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dba3c.core import Params
 from dba3c.distributed.wire import ReportMsg
 from dba3c.preset import from_dict, load_config
 from dba3c.training.chief import Chief
@@ -94,3 +96,46 @@ def test_the_summary_names_the_host_of_every_rank(tmp_path):
     chief.on_step(1)
     chief.close()
     assert RunDir(tmp_path).read_summary()["hosts"] == ["h0", "h1"]
+
+
+# ---- the evaluation at the end, in this process --------------------------------------------
+def chief_and_evaluator(run_dir: Path, *overrides: str):
+    """A Chief of a CartPole run and its started evaluator thread, one game at a time."""
+    from dba3c.games.evaluation import BackgroundEvaluator
+    from dba3c.learning.models import make_net_spec
+
+    cfg = load_config(str(ROOT / "configs" / "cartpole.yaml"),
+                      [f"run.dir={run_dir}", "run.progress=none", "eval.num_envs=1",
+                       "eval.every=5", *overrides])
+    spec = make_net_spec(cfg.model, (4,), 2)
+    evaluator = BackgroundEvaluator(cfg, spec, start_step=0)
+    evaluator.start()
+    return Chief(cfg, None, spec.layout(), num_workers=1, hosts=["h0"]), evaluator, spec
+
+
+def test_a_signal_during_the_last_evaluation_drops_it_and_says_so(tmp_path, capsys):
+    chief, evaluator, spec = chief_and_evaluator(tmp_path, "eval.episodes=100000")
+    shown = chief.evaluation_progress
+
+    def signal_comes(games: int) -> None:  # as SIGTERM's handler would, while it waits
+        shown(games)
+        chief.signal = "SIGTERM"
+
+    chief.evaluation_progress = signal_comes
+    chief.finish_evaluations(evaluator, Params(7, spec.init_params(0)))
+    chief.close()
+    assert capsys.readouterr().err == (
+        "waiting for the evaluation at the end of the run: 0 of 100000 games played\n"
+        "the evaluation of step 7 in progress was dropped (stopped by signal SIGTERM)\n")
+    assert read_jsonl(tmp_path / "eval.jsonl") == [] and not evaluator.is_alive()
+
+
+def test_without_eval_at_end_the_evaluation_in_progress_is_dropped(tmp_path, capsys):
+    chief, evaluator, spec = chief_and_evaluator(tmp_path, "eval.episodes=100000",
+                                                 "eval.at_end=false")
+    assert evaluator.after_step(5, spec.init_params(0)) == []  # due: asked for
+    chief.finish_evaluations(evaluator, Params(7, spec.init_params(0)))
+    chief.close()
+    assert capsys.readouterr().err == (
+        "the evaluation of step 5 in progress was dropped (eval.at_end=false)\n")
+    assert read_jsonl(tmp_path / "eval.jsonl") == [] and not evaluator.is_alive()

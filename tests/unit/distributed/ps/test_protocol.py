@@ -54,7 +54,7 @@ def test_sync_update_is_adam_of_the_mean_gradient(ps):
     assert count4 == 4 and chief.step == 4
 
 
-def test_parameter_servers_snapshot_every_eval_every_steps_to_the_evaluator():
+def test_parameter_servers_snapshot_every_eval_every_steps_and_the_last_to_the_evaluator():
     cfg = make_cfg(workers=2, ps=2, eval_every=2, max_steps=7)
     theta0 = np.linspace(-1, 1, N).astype(np.float32)
     snapshots: dict[int, dict[int, np.ndarray]] = {}  # version -> PS rank -> shard
@@ -75,7 +75,7 @@ def test_parameter_servers_snapshot_every_eval_every_steps_to_the_evaluator():
     run_world(cfg, train_loop(), theta0, evaluator)
     roles = make_roles(6, cfg)
     expected, _ = reference_sync(theta0, cfg, roles.workers, 7)
-    assert sorted(snapshots) == [2, 4, 6]
+    assert sorted(snapshots) == [2, 4, 6, 7]  # 7: the step the run ended at (eval.at_end)
     sizes = [hi - lo for lo, hi in shard_bounds(N, len(roles.ps))]
     for version, shards in snapshots.items():
         theta = np.concatenate([shards[p][:n] for p, n in zip(roles.ps, sizes)])
