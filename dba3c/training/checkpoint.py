@@ -33,7 +33,12 @@ from dba3c.learning.models import NetSpec
 from dba3c.learning.params import ParamLayout
 from dba3c.learning.rules import OptimizerState
 from dba3c.preset import apply_overrides, from_dict
-from dba3c.training.rundir import RunDir, atomic_file, remove_stale_temporaries
+from dba3c.training.rundir import (
+    RunDir,
+    atomic_file,
+    disk_space_checked,
+    remove_stale_temporaries,
+)
 
 MAGIC = b"DBA3C-CHECKPOINT-1\n"
 NAME = re.compile(r"^step-(\d{10})\.ckpt$")
@@ -145,8 +150,9 @@ def save_state(directory: Path, step: int, vectors: tuple[Shards, Shards, Shards
     """Write the state at ``step`` (theta, adam_m, adam_v as shards, see :func:`write`)
     atomically, then delete all but the newest ``keep`` checkpoints."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     path = checkpoint_path(directory, step)
+    with disk_space_checked(path):
+        directory.mkdir(parents=True, exist_ok=True)
     with atomic_file(path) as f:
         write(f, step, vectors, adam_count, meta)
     for old in list_checkpoints(directory)[keep:]:

@@ -34,7 +34,7 @@ from dba3c.training import checkpoint
 from dba3c.training.checkpoint import Shards
 from dba3c.training.metrics import Progress, ScalarLog, TensorBoard, Wandb
 from dba3c.training.report import AVERAGED, FRACTIONS, WorkerReport
-from dba3c.training.rundir import JsonlWriter, RunDir
+from dba3c.training.rundir import DiskFull, JsonlWriter, RunDir
 
 if TYPE_CHECKING:  # TensorFlow: a synthetic-compute chief evaluates nothing and imports none
     from dba3c.games.evaluation import BackgroundEvaluator
@@ -280,18 +280,21 @@ class Chief:
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:
-        self.close()
+        self.close(write=not isinstance(error, DiskFull))
 
-    def close(self) -> None:
+    def close(self, write: bool = True) -> None:
         """Log the last step if it was not (whatever ended the run: a signal, the target
         score, an error) and flush everything; the summary records where the run stopped and
-        why."""
-        if self.step > self.logged_step:
-            self._log(self.step)
-        self.summary.update(stop_reason=self.stop_reason, final_step=self.step)
-        self._write_summary()
-        self.progress.close()
-        self.metrics.close()
-        self.evals.close()
-        for log in self.scalar_logs:
-            log.close()
+        why. ``write=False`` (the file system is full): only close the files."""
+        try:
+            if write:
+                if self.step > self.logged_step:
+                    self._log(self.step)
+                self.summary.update(stop_reason=self.stop_reason, final_step=self.step)
+                self._write_summary()
+        finally:
+            self.progress.close()
+            self.metrics.close()
+            self.evals.close()
+            for log in self.scalar_logs:
+                log.close()

@@ -39,7 +39,7 @@ from pathlib import Path
 from types import TracebackType
 
 from dba3c.errors import UserError
-from dba3c.training.rundir import RunDir
+from dba3c.training.rundir import RunDir, disk_space_checked
 
 # squeue's states of a job whose processes may still run (a requeued job is PENDING)
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED",
@@ -136,9 +136,10 @@ class RunLock:
 
     def __enter__(self) -> RunLock:
         me = Holder.this_process(self.job)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        while self._fd is None:  # again if another run replaced the file meanwhile
-            self._fd = self._take(me)
+        with disk_space_checked(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            while self._fd is None:  # again if another run replaced the file meanwhile
+                self._fd = self._take(me)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,

@@ -7,8 +7,10 @@ One metrics namespace everywhere: ``loss/*``, ``perf/*``, ``train/*``, ``eval/*`
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import math
+import os
 import shlex
 import sys
 import time
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from dba3c.config import Config
-from dba3c.training.rundir import RunDir
+from dba3c.training.rundir import RunDir, disk_space_checked
 
 
 def steady_throughput(metrics: list[dict]) -> float | None:
@@ -97,11 +99,13 @@ class TensorBoard:
     synthetic-compute runs that must not import TensorFlow)."""
 
     def __init__(self, directory: Path, use_tensorflow: bool = True):
+        self.directory = Path(directory)
         if use_tensorflow:
             import tensorflow as tf
 
             self._tf = tf
             self._writer = tf.summary.create_file_writer(str(directory))
+            self._no_space: type[Exception] | tuple[()] = tf.errors.ResourceExhaustedError
         else:
             from tensorboard.summary import Writer
 
@@ -111,18 +115,24 @@ class TensorBoard:
                                    types.ModuleType("tensorboard.compat.notf"))
             self._tf = None
             self._writer = Writer(str(directory))
+            self._no_space = ()  # its writer raises OSError itself
 
     def write(self, step: int, record: dict) -> None:
-        """Every numeric entry of ``record`` as a scalar at ``step``."""
+        """Every numeric entry of ``record`` as a scalar at ``step`` (a full disk:
+        :class:`~dba3c.training.rundir.DiskFull`)."""
         values = scalars(record)
-        if self._tf is None:
-            for key, value in values.items():
-                self._writer.add_scalar(key, value, step)
-        else:
-            with self._writer.as_default(step=step):
-                for key, value in values.items():
-                    self._tf.summary.scalar(key, value)
-        self._writer.flush()
+        with disk_space_checked(self.directory):
+            try:
+                if self._tf is None:
+                    for key, value in values.items():
+                        self._writer.add_scalar(key, value, step)
+                else:
+                    with self._writer.as_default(step=step):
+                        for key, value in values.items():
+                            self._tf.summary.scalar(key, value)
+                self._writer.flush()
+            except self._no_space as e:  # how TensorFlow reports ENOSPC
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)) from e
 
     def close(self) -> None:
         """Flush and close."""

@@ -20,16 +20,19 @@ SWEEP_DIR/
 Whole files are written atomically (:func:`atomic_file`, :func:`write_atomic`). JSON-lines
 files grow a line at a time, so a crash leaves at most a torn last line: :func:`read_jsonl`
 skips it and resuming (:meth:`RunDir.truncate_logs`) removes it with every line past the
-resumed step.
+resumed step. A write that finds the file system full raises :class:`DiskFull`, naming the
+file and the space left: the files written before stay whole.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import math
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +41,7 @@ from typing import Any
 import yaml
 
 from dba3c.config import Config, dump_yaml, load_yaml
+from dba3c.errors import TrainingError
 
 CONFIG = "config.yaml"
 METRICS = "metrics.jsonl"
@@ -217,19 +221,26 @@ def truncate_jsonl(path: Path, max_step: int) -> None:
 
 
 class JsonlWriter:
-    """Appends one JSON object per line and flushes it."""
+    """Appends one JSON object per line, each with one unbuffered write: nothing waits in a
+    buffer, so a full disk fails the write that found it (:class:`DiskFull`) and no later
+    one."""
 
     def __init__(self, path: Path):
-        self._file = open(path, "a", encoding="utf-8")
+        self.path = Path(path)
+        with disk_space_checked(self.path):
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, record: dict) -> None:
         """Append ``record`` (non-finite floats become null)."""
-        self._file.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
-        self._file.flush()
+        line = memoryview((json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
+                          .encode())
+        with disk_space_checked(self.path):
+            while line:
+                line = line[os.write(self._fd, line):]
 
     def close(self) -> None:
         """Close the file."""
-        self._file.close()
+        os.close(self._fd)
 
 
 def _text(line: bytes) -> str:
@@ -268,23 +279,64 @@ def _json_default(x: object) -> str | None:
 # ---- atomic files -------------------------------------------------------------------------
 
 
+class DiskFull(TrainingError):
+    """A write found its file system full (or the quota used up): the message names the
+    file, the space left and how to go on."""
+
+    def __init__(self, path: Path, error: OSError):
+        self.path = Path(path)
+        free = shutil.disk_usage(_existing_parent(self.path)).free
+        super().__init__(f"cannot write {self.path}: {error.strerror} ({_size(free)} free on "
+                         f"its file system); what was written before is intact: free space "
+                         f"and run the same command again to resume from the newest "
+                         f"checkpoint")
+
+
+@contextmanager
+def disk_space_checked(path: Path) -> Iterator[None]:
+    """Turn a full file system (ENOSPC, EDQUOT) met while writing ``path`` into
+    :class:`DiskFull`."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise DiskFull(path, e) from None
+
+
+def _existing_parent(path: Path) -> Path:
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def _size(n: int) -> str:
+    """``n`` bytes for people: 812 B, 12.5 KiB, 3.4 MiB, 1.2 GiB."""
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    power = 0
+    while power < len(units) - 1 and n >= 1024 ** (power + 1):
+        power += 1
+    return f"{n} B" if power == 0 else f"{n / 1024 ** power:.3g} {units[power]}"
+
+
 @contextmanager
 def atomic_file(path: Path) -> Iterator[io.BufferedRandom]:
     """A file opened ``w+b`` whose content replaces ``path`` only once the block ends without
     an exception, so that readers see the old file or the whole new one: a temporary file in
-    the same directory, fsynced, renamed over ``path``, directory fsynced. A failure (e.g. a
-    full disk) leaves the old file and no temporary file."""
+    the same directory, fsynced, renamed over ``path``, directory fsynced. A failure leaves
+    the old file and no temporary file; a full disk is :class:`DiskFull`."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w+b") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with disk_space_checked(path):
+        try:
+            with open(tmp, "w+b") as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -15,6 +15,7 @@ from dba3c.config import Config
 from dba3c.preset import from_dict
 from dba3c.training import rundir
 from dba3c.training.rundir import (
+    DiskFull,
     JsonlWriter,
     RunDir,
     SweepDir,
@@ -215,8 +216,9 @@ def test_failed_write_keeps_the_old_file_and_leaves_no_temp_file(tmp_path, monke
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(rundir.os, "fsync", full_disk)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(DiskFull) as failed:
         write_atomic(target, b"new")
+    assert str(failed.value).startswith(f"cannot write {target}: No space left on device (")
     assert [p.name for p in tmp_path.iterdir()] == [target.name]
     assert target.read_bytes() == b"old"
 
