@@ -1,9 +1,9 @@
 """The evaluation at the end of a run, through the real command line: a run that ends
 (``train.max_steps``) evaluates its final parameters, waits for it, and records it in
-eval.jsonl and summary.json, in one process (a short Pong run) and with collective
-aggregation; a signal drops the evaluation in progress and says so, and the run still stops
-at once. (With parameter servers: test_sweep's runs; an evaluator rank: test_collective_mpi
-and tests/unit/distributed/test_evaluator.py.)"""
+eval.jsonl and summary.json (and the time to the target, when it reaches it), in one process
+(a short Pong run) and with collective aggregation; a signal drops the evaluation in
+progress and says so, and the run still stops at once. (With parameter servers: test_sweep's
+runs; an evaluator rank: test_collective_mpi and tests/unit/distributed/test_evaluator.py.)"""
 
 from __future__ import annotations
 
@@ -54,13 +54,18 @@ def test_a_short_pong_run_evaluates_its_final_parameters(tmp_path):
 
 @pytest.mark.slow
 def test_a_collective_run_evaluates_its_final_parameters_in_the_chief(tmp_path):
+    """Its only evaluation (eval.every lies beyond the run) is the final one, and reaches the
+    (zero) target: the time to the target is recorded as for any evaluation."""
     run = tmp_path / "run"
     proc = dba3c("launch", "configs/cartpole.yaml", "--workers", 2,
-                 "dist.aggregation=collective", "dist.ps=0",
-                 "train.max_steps=25", "eval.every=10", "eval.episodes=3", *QUIET,
+                 "dist.aggregation=collective", "dist.ps=0", "train.max_steps=25",
+                 "eval.every=1000", "eval.episodes=3", "eval.target_score=0", *QUIET,
                  f"run.dir={run}", timeout=300)
-    assert [e["step"] for e in read_jsonl(run / "eval.jsonl")][-1] == 25
+    evals = read_jsonl(run / "eval.jsonl")
+    assert [e["step"] for e in evals] == [25]
     assert_final_evaluation_recorded(run, 25, proc.stderr)
+    done = summary(run)
+    assert done["target_step"] == 25 and done["time_to_target_s"] == evals[0]["time_s"]
 
 
 @pytest.mark.slow
