@@ -96,7 +96,7 @@ class Request(Protocol):
 
 class Transport(Protocol):
     """A world of ``size`` ranks; this is rank ``rank``; ``hosts[r]`` is the name of the host
-    rank r runs on (an MPI world gathers them as it starts)."""
+    rank r runs on (an MPI world gathers them once, at start-up: ``gather_hosts``)."""
 
     rank: int
     size: int

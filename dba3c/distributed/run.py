@@ -130,8 +130,8 @@ def train_distributed(cfg: Config, job: str | None) -> int:
         return 2
     role = make_roles(t.size, cfg).role(t.rank)
     env, train_cfg = role_pools(role, cfg)
-    print("\n".join(rank_lines(t.rank, role, env, train_cfg,
-                                 t.hosts.count(t.hosts[t.rank]))),
+    hosts = t.gather_hosts()
+    print("\n".join(rank_lines(t.rank, role, env, train_cfg, hosts.count(hosts[t.rank]))),
           file=sys.stderr, flush=True)
     if t.rank != 0:
         ignore_polite_signals()

@@ -163,10 +163,26 @@ class MpiTransport:
         self._mpi = MPI
         self._comm = MPI.COMM_WORLD
         self.rank, self.size = self._comm.Get_rank(), self._comm.Get_size()
-        # every rank's host, gathered here where every rank of the world is (a view of the
-        # world, or a chief recording them, cannot start a world collective later)
-        self.hosts: tuple[str, ...] = tuple(self._comm.allgather(socket.gethostname()))
+        self._hosts: tuple[str, ...] | None = None
         self._recvs: list = []
+
+    def gather_hosts(self) -> tuple[str, ...]:
+        """Every rank's host name, by rank (:attr:`hosts` from then on). Collective: every
+        rank of the world calls it at the same point, where all of them are (at start-up: a
+        view of the world, or a chief recording the hosts, cannot start a world collective
+        later). ``dba3c doctor`` never calls it: it must not wait on a rank that may never
+        answer."""
+        if self._hosts is None:
+            self._hosts = tuple(self._comm.allgather(socket.gethostname()))
+        return self._hosts
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """What :meth:`gather_hosts` gathered."""
+        if self._hosts is None:
+            raise RuntimeError("MpiTransport.hosts before gather_hosts(), which every rank "
+                               "calls at the same point")
+        return self._hosts
 
     def isend(self, buf: np.ndarray, dest: int, tag: int) -> Request:
         return MpiRequest(self._comm.Isend(buf, dest=dest, tag=tag))
@@ -236,8 +252,12 @@ class TransportView:
             raise ValueError(f"rank {world.rank} of a world of {world.size} is not in a view "
                              f"of its first {size} ranks")
         self._world, self.rank, self.size = world, world.rank, size
-        self.hosts = world.hosts[:size]
         self._offset = TAGS_PER_RUN * (run % RUN_TAG_CYCLE)
+
+    @property
+    def hosts(self) -> Sequence[str]:
+        """The world's hosts of this view's ranks."""
+        return self._world.hosts[:self.size]
 
     def _tag(self, tag: int) -> int:
         if not 0 <= tag < TAGS_PER_RUN:

@@ -104,6 +104,7 @@ def run_job(runs: list[JobRun], spaces: list[tuple[SpacesKey, Spaces]]) -> int:
         remember_spaces(key, value)
     configs = [load_config(r.config, list(r.overrides)) for r in runs]
     world = MpiTransport(configs[0].dist.collective_algorithm)
+    world.gather_hosts()  # here, where every rank is: the points' chiefs record them
     if world.rank != 0:
         ignore_polite_signals()
     for index, (run, cfg) in enumerate(zip(runs, configs, strict=True)):
