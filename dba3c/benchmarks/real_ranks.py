@@ -18,9 +18,12 @@ through shared memory, so there is nothing to hide and the difference between th
 the overlap's own cost. The runs alternate (off, on, off, on, ...), so drift of the machine
 falls on every mode alike.
 
-Figures per run: the median seconds per step over the second half of its steps (the first
-half holds TensorFlow's tracing and the simulators' start), the data points per second over
-the same steps, and the CPU seconds every rank used per step (the children's rusage of the
+Figures per run: the seconds per step after the first half of its steps (the first half
+holds TensorFlow's tracing, the simulators' start and an auto run's probe), as the scale
+bench reads them (:func:`~dba3c.benchmarks.scale.cluster.steady_step_seconds`), the data
+points per second over the second half of its metrics lines
+(:func:`~dba3c.training.metrics.steady_throughput`), and the CPU seconds every rank used per
+step (the children's rusage of the
 whole job divided by its steps: start-up included, so compare the modes, not the
 absolutes). The overhead of a mode is (mode - off) / off of the medians of the per-run
 medians. Results go to ``--out`` (JSON) with the machine and the command line.
@@ -39,22 +42,10 @@ import time
 from pathlib import Path
 
 from dba3c.benchmarks.record import machine_description, write_results
+from dba3c.benchmarks.scale.cluster import steady_step_seconds
 from dba3c.launchers.local import launch_command, launch_environment
+from dba3c.training.metrics import steady_throughput
 from dba3c.training.rundir import RunDir
-
-
-def step_seconds(times_s: list[float]) -> list[float]:
-    """Seconds of each step from the wall times at which steps 1, 2, ... ended:
-    ``dt_i = t_{i+1} - t_i`` (one fewer than the times)."""
-    return [b - a for a, b in zip(times_s, times_s[1:])]
-
-
-def steady_median(times_s: list[float]) -> float:
-    """The median step time over the second half of the steps (needs 4 or more times)."""
-    if len(times_s) < 4:
-        raise ValueError(f"{len(times_s)} logged steps: need 4 or more")
-    dts = step_seconds(times_s)
-    return statistics.median(dts[len(dts) // 2:])
 
 
 def overhead(on_s: list[float], off_s: list[float]) -> float:
@@ -95,12 +86,10 @@ def run_once(config: str, ranks: int, cores: int, steps: int, mode: str, run_dir
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"exit {proc.returncode}: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
-    metrics = [m for m in RunDir(run_dir).read_metrics() if "time_s" in m]
-    times = [m["time_s"] for m in metrics]
-    half = metrics[len(metrics) // 2:]
+    metrics = RunDir(run_dir).read_metrics()
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return {"mode": mode, "step_s": steady_median(times),
-            "data_points_per_s": statistics.mean(m["perf/data_points_per_s"] for m in half),
+    return {"mode": mode, "step_s": steady_step_seconds(metrics, warmup=steps // 2),
+            "data_points_per_s": steady_throughput(metrics),
             "cpu_s_per_step": cpu / steps, "wall_s": wall, "steps": len(metrics),
             "first_lines": [line for line in proc.stderr.splitlines()
                             if line.startswith("rank ") and " CPUs bound" in line],

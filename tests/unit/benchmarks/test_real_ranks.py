@@ -1,4 +1,4 @@
-"""The real-ranks bench's arithmetic, on hand-computed step times."""
+"""The real-ranks bench's arithmetic on hand-computed step times, and its runs' configs."""
 
 from __future__ import annotations
 
@@ -6,19 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dba3c.benchmarks.real_ranks import overhead, overrides, steady_median, step_seconds
-
-
-def test_step_seconds_are_the_gaps_between_step_ends():
-    assert step_seconds([1.0, 1.5, 2.25, 3.0]) == [0.5, 0.75, 0.75]
-
-
-def test_the_steady_median_ignores_the_first_half_of_the_steps():
-    # gaps 5, 4, 0.5, 0.3, 0.4, 0.6: the second half (0.3, 0.4, 0.6) has median 0.4
-    times = [0.0, 5.0, 9.0, 9.5, 9.8, 10.2, 10.8]
-    assert steady_median(times) == pytest.approx(0.4)
-    with pytest.raises(ValueError, match="need 4 or more"):
-        steady_median([0.0, 1.0, 2.0])
+from dba3c.benchmarks.real_ranks import overhead, overrides
 
 
 def test_overhead_compares_the_medians_of_the_two_modes():
