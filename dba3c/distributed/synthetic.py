@@ -74,7 +74,8 @@ def slow_ranks(workers: tuple[int, ...], num_slow: int) -> tuple[int, ...]:
 class NoNetwork:
     """A synthetic worker's stand-in for the learner: parameters arrive and go unused."""
 
-    def set_params(self, theta: np.ndarray, version: int = 0) -> None:
+    def set_params(self, theta: np.ndarray, version: int = 0, *,
+                   bucketed: bool = False) -> None:
         """Nothing to load: the gradient does not depend on the parameters."""
 
     def assign_bucket(self, bucket: int, theta_bucket: np.ndarray) -> None:

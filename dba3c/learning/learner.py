@@ -1,6 +1,6 @@
 """The TensorFlow side of a worker: batched prediction and flat gradients.
 
-One :class:`Learner` holds the network's variables. The actor thread predicts;
+One :class:`Learner` holds the network's parameters. The actor thread predicts;
 the trainer thread calls :meth:`gradient` and :meth:`set_params`. Every entry point is a
 ``tf.function`` with an input signature, so Python is traced once and each call is one graph
 execution. Gradients leave as one flat float32 vector in the parameter layout.
@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import threading
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -56,26 +55,25 @@ def onednn_enabled() -> bool:
 
 
 class Learner:
-    """Variables, prediction and gradient computation for one network.
+    """Parameters, prediction and gradient computation for one network.
 
-    The prediction variables (:attr:`variables`, what :meth:`predict` and :meth:`get_params`
-    read) and the training variables (:attr:`train_variables`, what :meth:`gradient` and
-    :meth:`staged_gradient` read) are the same variables unless the Learner is made with
-    ``staged=True``, for :meth:`staged_gradient`, whose parameters arrive bucket by bucket
-    (:meth:`assign_bucket`) while predictions go on with the last whole version: then they are
-    two copies, and :meth:`set_params` loads both.
+    The prediction parameters (what :meth:`predict` and :meth:`get_params` read, and
+    :meth:`gradient` too) are immutable tensors, one per parameter tensor of the layout:
+    :meth:`set_params` makes new ones from the flat vector and puts them in place of the old
+    ones with their version, one Python assignment. A Learner made with ``staged=True``,
+    for :meth:`staged_gradient`, whose parameters arrive bucket by bucket
+    (:meth:`assign_bucket`) while predictions go on with the last whole version, also has
+    training variables (:attr:`train_variables`), which that gradient reads and
+    :meth:`set_params` loads as well.
 
     Threading contract: one thread predicts (the actor) while another (the trainer) computes
-    gradients and loads new parameters; each prediction sees exactly one parameter version.
-    Loading a flat vector assigns the variables one by one (one assign op per variable in a
-    ``tf.function``; its ops run concurrently with another thread's graph, not as one atomic
-    step), so a prediction running meanwhile could read some layers old and some new (it did,
-    in up to 8% of predictions, see docs/architecture.md). A lock around each prediction and
-    each assignment of the prediction variables rules that out, and
-    :meth:`predict_with_version` says which version acted. The gradients take no lock: the
-    trainer thread is the only one that writes variables. With ``staged=True`` the training
-    copy belongs to it alone: :meth:`set_params` writes it outside the lock and
-    :meth:`assign_bucket` writes one bucket of it and nothing else, without a lock.
+    gradients and loads new parameters; each prediction sees exactly one parameter version,
+    and :meth:`predict_with_version` says which. A prediction takes the current (tensors,
+    version) pair once and computes on it, so it can neither see a load half done nor wait
+    for one, and a load never waits for a prediction (it once assigned variables under a
+    lock: the trainer waited for the actor's prediction in progress, docs/decisions.md,
+    "immutable prediction parameters"). The training variables belong to the trainer thread
+    alone: :meth:`assign_bucket` writes one bucket of them, without a lock.
     """
 
     def __init__(self, spec: NetSpec, train_cfg: TrainConfig, theta: np.ndarray, *,
@@ -84,40 +82,37 @@ class Learner:
         self.spec = spec
         self.layout = spec.layout()
         tensors = unflatten(self.layout, np.asarray(theta, np.float32))
-
-        def make_variables(prefix: str) -> list[tf.Variable]:
-            return [tf.Variable(t, name=f"{prefix}{n.replace('/', '_')}")
-                    for n, t in zip(self.layout.names, tensors)]
-
-        self.variables = make_variables("")
-        # one copy fewer to load each step where nothing arrives bucket by bucket
-        self.train_variables = make_variables("train_") if staged else self.variables
+        self._current: tuple[tuple[tf.Tensor, ...], int] = (as_tensors(tensors), 0)
         self.buckets = layer_buckets(self.layout)
         self._clip, self._clip_mode = train_cfg.grad_clip, train_cfg.grad_clip_mode
         obs_sig = tf.TensorSpec([None, *spec.obs_shape],
                                 tf.float32 if spec.kind == "mlp" else tf.uint8)
         batch_sig = [obs_sig, tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.float32)]
+        params_sig = tuple(tf.TensorSpec(shape, tf.float32) for shape in self.layout.shapes)
         loss_fn = functools.partial(a3c_loss, entropy_beta=train_cfg.entropy_beta,
                                     value_weight=train_cfg.value_weight)
         clip = functools.partial(clip_gradients, clip=self._clip, mode=self._clip_mode)
 
-        @tf.function(input_signature=[obs_sig])
-        def predict(obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            logits, v = forward(spec, self.variables, obs)
+        @tf.function(input_signature=[params_sig, obs_sig])
+        def predict(params: tuple[tf.Tensor, ...], obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            logits, v = forward(spec, params, obs)
             return tf.nn.softmax(logits), v
 
-        @tf.function(input_signature=batch_sig)
-        def gradient(obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor) -> tuple:
+        @tf.function(input_signature=[params_sig, *batch_sig])
+        def gradient(params: tuple[tf.Tensor, ...], obs: tf.Tensor, a: tf.Tensor,
+                     R: tf.Tensor) -> tuple:
             with tf.GradientTape() as tape:
-                loss, parts = loss_fn(*forward(spec, self.train_variables, obs), a, R)
-            return flat_concat(clip(tape.gradient(loss, self.train_variables))), loss, parts
+                tape.watch(params)
+                loss, parts = loss_fn(*forward(spec, params, obs), a, R)
+            return flat_concat(clip(tape.gradient(loss, params))), loss, parts
 
         self._predict, self._gradient = predict, gradient
-        self._assign = assign_function(self.variables)
+        self.train_variables = ([tf.Variable(t, name=f"train_{n.replace('/', '_')}")
+                                 for n, t in zip(self.layout.names, tensors)]
+                                if staged else None)
         self._copy = (make_training_copy(spec, self.train_variables, loss_fn, clip, batch_sig)
-                      if staged else None)
-        self._params_lock = threading.Lock()  # a prediction sees one version of the variables
-        self._version = 0
+                      if self.train_variables is not None else None)
+        self._train_loaded = True  # the training variables hold _current's parameters
 
     def predict(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """obs [B, ...] -> (pi [B, A] action probabilities, v [B] values), NumPy."""
@@ -127,15 +122,16 @@ class Learner:
     def predict_with_version(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
         """:meth:`predict`, and the version (as given to :meth:`set_params`) of the
         parameters that made the prediction."""
-        with self._params_lock:
-            pi, v = self._predict(obs)
-            version = self._version
+        params, version = self._current  # one version, whatever set_params does meanwhile
+        pi, v = self._predict(params, obs)
         return pi.numpy(), v.numpy(), version
 
     def gradient(self, obs: np.ndarray, a: np.ndarray, R: np.ndarray) -> tuple[np.ndarray, dict]:
-        """The clipped gradient of the A3C loss on one mini-batch, flat float32 [N],
-        and the loss terms as floats (``loss/total``, ``loss/policy``, ...)."""
-        flat, loss, parts = self._gradient(obs, a.astype(np.int32), R.astype(np.float32))
+        """The clipped gradient of the A3C loss on one mini-batch at the prediction
+        parameters, flat float32 [N], and the loss terms as floats (``loss/total``,
+        ``loss/policy``, ...)."""
+        flat, loss, parts = self._gradient(self._current[0], obs, a.astype(np.int32),
+                                           R.astype(np.float32))
         return flat.numpy(), loss_stats(loss, parts)
 
     def staged_gradient(self, obs: np.ndarray, a: np.ndarray, R: np.ndarray,
@@ -150,7 +146,8 @@ class Learner:
         b = B-1 .. 0, stage b's backward pass gives dL/dtheta_b (clipped, flat float32 in
         layout order, ``theta[buckets[b]:buckets[b + 1]]``) and dL/dx_b for the stage
         before; ``after_backward(b, g_b)`` runs before stage b - 1's backward pass.
-        Concatenated, the g_b are :meth:`gradient`'s vector. One graph execution runs it
+        Concatenated, the g_b are :meth:`gradient`'s vector where the training variables
+        hold the prediction parameters. One graph execution runs it
         all (the forward pass once), the callbacks as ``tf.numpy_function`` ops that control
         dependencies put in that order; an exception in a callback ends the call with that
         exception. The callbacks run on a TensorFlow thread of that execution: they may
@@ -169,15 +166,16 @@ class Learner:
             loss, parts = copy.gradient(obs, a.astype(np.int32), R.astype(np.float32))
         return loss_stats(loss, parts)
 
-    def set_params(self, theta: np.ndarray, version: int = 0) -> None:
-        """Load a flat parameter vector, parameter version ``version``, into the prediction
-        variables (after any prediction in progress, which finishes on the previous
-        parameters) and, if they are another copy, the training variables."""
-        if self._copy is not None:
-            self._copy.assign(theta)
-        with self._params_lock:
-            self._assign(theta)
-            self._version = version
+    def set_params(self, theta: np.ndarray, version: int = 0, *,
+                   bucketed: bool = False) -> None:
+        """Load a flat parameter vector, parameter version ``version``, as the prediction
+        parameters (a prediction in progress finishes on the previous ones). With
+        ``staged=True`` the training variables hold it from then on: they are loaded when
+        next used, unless ``bucketed`` says :meth:`assign_bucket` has already loaded every
+        bucket of ``theta`` into them (the overlapped step's case)."""
+        self._current = (as_tensors(unflatten(self.layout, np.asarray(theta, np.float32))),
+                         version)
+        self._train_loaded = bucketed
 
     def assign_bucket(self, bucket: int, theta_bucket: np.ndarray) -> None:
         """Load bucket ``bucket`` of the parameters, flat float32
@@ -190,14 +188,25 @@ class Learner:
             var.assign(t.reshape(var.shape))
 
     def _training_copy(self, method: str) -> TrainingCopy:
+        """The training copy, holding the last parameters loaded (and the buckets assigned
+        since)."""
         if self._copy is None:
             raise ValueError(f"Learner.{method} needs a Learner made with staged=True (its "
                              "own copy of the training variables)")
+        if not self._train_loaded:
+            for var, t in zip(self.train_variables or (), self._current[0]):
+                var.assign(t)
+            self._train_loaded = True
         return self._copy
 
     def get_params(self) -> np.ndarray:
-        """The prediction variables as one flat float32 vector."""
-        return np.concatenate([v.numpy().ravel() for v in self.variables])
+        """The prediction parameters as one flat float32 vector."""
+        return np.concatenate([t.numpy().ravel() for t in self._current[0]])
+
+
+def as_tensors(arrays: list[np.ndarray]) -> tuple[tf.Tensor, ...]:
+    """Each array as an immutable float32 tensor of its own (a copy)."""
+    return tuple(tf.constant(a, tf.float32) for a in arrays)
 
 
 def flat_concat(tensors: list[tf.Tensor]) -> tf.Tensor:
@@ -212,26 +221,12 @@ def loss_stats(loss: tf.Tensor, parts: dict[str, tf.Tensor]) -> dict[str, float]
     return stats
 
 
-def assign_function(variables: list[tf.Variable]) -> Callable[[np.ndarray], None]:
-    """A ``tf.function`` loading one flat float32 vector (the variables' sizes, in order)
-    into ``variables``, one assign op per variable."""
-    sizes = [int(np.prod(v.shape)) for v in variables]
-
-    @tf.function(input_signature=[tf.TensorSpec([sum(sizes)], tf.float32)])
-    def assign(flat: tf.Tensor) -> None:
-        for var, t in zip(variables, tf.split(flat, sizes)):
-            var.assign(tf.reshape(t, var.shape))
-
-    return assign
-
-
 @dataclasses.dataclass(frozen=True)
 class TrainingCopy:
-    """What only a ``staged=True`` Learner has: the loader of its training variables, those
-    variables by stage (one list per bucket) and the staged gradient over them with the
-    callbacks of the call in progress."""
+    """What only a ``staged=True`` Learner has: its training variables by stage (one list
+    per bucket) and the staged gradient over them with the callbacks of the call in
+    progress."""
 
-    assign: Callable[[np.ndarray], None]
     stages: list[list[tf.Variable]]
     gradient: Callable[..., tuple]
     hooks: StageHooks
@@ -249,7 +244,7 @@ def make_training_copy(spec: NetSpec, train_variables: list[tf.Variable],
         return staged_graph(spec, stages, hooks, lambda out: loss_fn(out[0], out[1], a, R),
                             lambda grads: flat_concat(clip(grads)), obs)
 
-    return TrainingCopy(assign_function(train_variables), stages, gradient, hooks)
+    return TrainingCopy(stages, gradient, hooks)
 
 
 class StageHooks:

@@ -95,7 +95,7 @@ class StagedTraining:
         ``after_step``."""
         assert self.arriving is not None, "a version is on its way"
         params = self.arriving.params()
-        self.worker.learner.set_params(params.theta, params.version)
+        self.worker.learner.set_params(params.theta, params.version, bucketed=True)
         self.after_step(params, report)
         return params
 

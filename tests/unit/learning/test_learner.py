@@ -12,6 +12,7 @@ from typing import cast
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from dba3c.config import TrainConfig
 from dba3c.games.envs import EnvPool, Step
@@ -83,6 +84,38 @@ def test_a_prediction_sees_exactly_one_version_while_another_thread_assigns():
         stop.set()
         assigner.join()
     assert seen[1] > 0 and seen[2] > 0, seen  # the assignments did interleave
+
+
+def test_a_load_does_not_wait_for_a_prediction_in_progress():
+    learner, theta, obs, expected = two_versions()
+    learner.set_params(theta[1], 1)
+    in_prediction, release = threading.Event(), threading.Event()
+    predict = learner._predict
+
+    def slow_predict(params, obs):  # a prediction that lasts until the test releases it
+        out = predict(params, obs)
+        in_prediction.set()
+        assert release.wait(30)
+        return out
+
+    learner._predict = slow_predict
+    slow: list = []
+    actor = threading.Thread(target=lambda: slow.append(learner.predict_with_version(obs)))
+    actor.start()
+    try:
+        assert in_prediction.wait(30)
+        loader = threading.Thread(target=learner.set_params, args=(theta[2], 2))
+        loader.start()
+        loader.join(30)
+        assert not loader.is_alive(), "set_params waited for the prediction in progress"
+        learner._predict = predict
+        pi, v, version = learner.predict_with_version(obs)
+        assert version == 2 and outputs_equal((pi, v), expected[2])
+    finally:
+        release.set()
+        actor.join(30)
+    (pi, v, version), = slow  # the prediction in progress finished on version 1
+    assert version == 1 and outputs_equal((pi, v), expected[1])
 
 
 class NewVersionAfterEachPrediction:
@@ -239,17 +272,44 @@ def test_assign_bucket_loads_the_training_variables_only():
         learner.assign_bucket(b, theta2[bounds[b]:bounds[b + 1]])
     assert outputs_equal(learner.predict(batch[0]), pi_v)  # predictions keep theta1
     np.testing.assert_array_equal(learner.get_params(), theta1)
-    after_assign = learner.gradient(*batch)[0]  # the gradient uses theta2
+    after_assign = run_staged(learner, batch)[0]  # the staged gradient uses theta2
     learner.set_params(theta2)
     assert_same_gradient(after_assign, learner.gradient(*batch)[0])
     assert not outputs_equal(learner.predict(batch[0]), pi_v)
 
 
-def test_without_staged_one_copy_of_the_variables_serves_both_and_buckets_are_refused():
+def test_a_bucket_assigned_after_a_load_replaces_only_its_part_of_it():
+    # set_params loads the training variables when they are next used: a bucket assigned
+    # before that lands on the loaded vector, not on the one before it
+    learner, theta1, theta2, batch = staged_setup("ba3c")
+    bounds = [*learner.buckets, learner.layout.num_params]
+    learner.set_params(theta2)
+    learner.assign_bucket(1, theta1[bounds[1]:bounds[2]])
+    mixed = theta2.copy()
+    mixed[bounds[1]:bounds[2]] = theta1[bounds[1]:bounds[2]]
+    learner.set_params(mixed, bucketed=True)  # what the staged step does once all arrived
+    on_mixed = run_staged(learner, batch)[0]
+    assert_same_gradient(on_mixed, learner.gradient(*batch)[0])
+    assert not np.allclose(on_mixed, Learner(learner.spec, TrainConfig(), theta2).gradient(
+        *batch)[0])  # bucket 1 mattered
+    learner.set_params(theta1)  # and the next load replaces it all
+    assert_same_gradient(run_staged(learner, batch)[0], learner.gradient(*batch)[0])
+
+
+def test_a_bucketed_load_leaves_the_training_variables_as_the_buckets_left_them():
+    learner, theta1, theta2, batch = staged_setup("a3c_ff")
+    learner.set_params(theta2, bucketed=True)  # untrue here: nothing was assigned
+    assert_same_gradient(run_staged(learner, batch)[0],
+                         Learner(learner.spec, TrainConfig(), theta1).gradient(*batch)[0])
+    assert_same_gradient(learner.gradient(*batch)[0],  # predictions and gradient(): theta2
+                         Learner(learner.spec, TrainConfig(), theta2).gradient(*batch)[0])
+
+
+def test_without_staged_one_load_serves_both_and_buckets_are_refused():
     spec = STAGED["a3c_ff"]
     theta1, theta2 = spec.init_params(1), spec.init_params(2)
     learner = Learner(spec, TrainConfig(), theta1)
-    assert learner.train_variables is learner.variables
+    assert learner.train_variables is None
     batch = synthetic_batch(spec, BATCH, (0, 0, 3))
     data = (batch.obs, batch.a, 10.0 * batch.R)
     learner.set_params(theta2)  # one load: predictions and gradients both see theta2
@@ -286,11 +346,15 @@ def test_the_staged_graph_runs_each_layer_once_forward_and_once_backward():
     # (before stop_gradient at the stage inputs it held 14 Conv2DBackpropFilter ops, not 4)
     learner, _, _, _ = staged_setup("ba3c")
 
-    def layer_ops(fn) -> dict[str, int]:
-        ops = fn.get_concrete_function().graph.get_operations()
+    def layer_ops(fn, *args) -> dict[str, int]:
+        ops = fn.get_concrete_function(*args).graph.get_operations()
         return {k: n for k, n in collections.Counter(op.type for op in ops).items()
                 if k.startswith(("Conv2D", "MaxPool", "MatMul"))}
 
-    staged, whole = layer_ops(learner._copy.gradient), layer_ops(learner._gradient)
+    batch_sig = (tf.TensorSpec([None, *learner.spec.obs_shape], tf.uint8),
+                 tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.float32))
+    staged = layer_ops(learner._copy.gradient)
+    params_sig = tuple(tf.TensorSpec(shape, tf.float32) for shape in learner.layout.shapes)
+    whole = layer_ops(learner._gradient, params_sig, *batch_sig)
     assert staged == whole
     assert staged["Conv2D"] == 4 and staged["Conv2DBackpropFilter"] == 4
