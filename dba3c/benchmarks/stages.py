@@ -6,9 +6,10 @@ per layer bucket) so that collective aggregation could move each bucket while th
 computes. On the config's network and a synthetic batch of ``train.batch_size``
 (:func:`dba3c.training.worker.synthetic_batch`), after warm-up, this times ``--calls`` calls of
 ``gradient()`` and of ``staged_gradient()`` (no-op callbacks) interleaved, and prints their
-medians; then ``--calls`` staged calls whose callbacks stamp the time, giving each stage's
-forward and backward time as a fraction of the staged step beside its FLOP fraction
-(forward F_b, backward 2 F_b, F_0 for stage 0, which needs no gradient for its input).
+medians; then ``--calls`` staged calls (callbacks in line, ``inline=True``) whose callbacks
+stamp the time, giving each stage's forward and backward time as a fraction of the staged
+step beside its FLOP fraction (forward F_b, backward 2 F_b, F_0 for stage 0, which needs no
+gradient for its input).
 The callbacks cannot split the last stage's forward pass from its backward pass (nothing
 is called between them): its row gives both together.
 """
@@ -114,7 +115,7 @@ def measure(config: str, overrides: list[str], calls: int, warmup: int = 3) -> d
     for _ in range(calls):
         clock = StageClock(len(learner.buckets))
         start = time.perf_counter()
-        learner.staged_gradient(*data, clock.before_forward, clock.after_backward)
+        learner.staged_gradient(*data, clock.before_forward, clock.after_backward, inline=True)
         step = time.perf_counter() - start
         spans.append((step, *stage_spans(clock.forward_at, clock.backward_at)))
     bounds = [*learner.buckets, learner.layout.num_params]

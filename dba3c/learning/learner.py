@@ -136,23 +136,32 @@ class Learner:
 
     def staged_gradient(self, obs: np.ndarray, a: np.ndarray, R: np.ndarray,
                         before_forward: Callable[[int], None],
-                        after_backward: Callable[[int, np.ndarray], None]) -> dict[str, float]:
+                        after_backward: Callable[[int, np.ndarray], None], *,
+                        inline: bool = False) -> dict[str, float]:
         """:meth:`gradient` stage by stage (one stage per bucket of :attr:`buckets`, see
         :func:`dba3c.learning.models.stage_forward`), handing out each bucket's gradient as soon as
         the backward pass has it; returns the loss terms.
 
         Forward: for b = 0 .. B-1, ``before_forward(b)`` runs, then stage b's forward pass
-        (so a bucket assigned there by :meth:`assign_bucket` is used). Backward: for
-        b = B-1 .. 0, stage b's backward pass gives dL/dtheta_b (clipped, flat float32 in
-        layout order, ``theta[buckets[b]:buckets[b + 1]]``) and dL/dx_b for the stage
-        before; ``after_backward(b, g_b)`` runs before stage b - 1's backward pass.
-        Concatenated, the g_b are :meth:`gradient`'s vector where the training variables
-        hold the prediction parameters. One graph execution runs it
-        all (the forward pass once), the callbacks as ``tf.numpy_function`` ops that control
-        dependencies put in that order; an exception in a callback ends the call with that
-        exception. The callbacks run on a TensorFlow thread of that execution: they may
-        call :meth:`assign_bucket` (eager assigns), but not a ``tf.function``, which with
-        ``train.inter_op_threads=1`` would wait forever for the one inter-op thread.
+        (so a bucket assigned there by :meth:`assign_bucket` is used). Backward: for b = B-1
+        .. 0, stage b's backward pass gives dL/dtheta_b (clipped, flat float32 in layout
+        order, ``theta[buckets[b]:buckets[b + 1]]``) and dL/dx_b for the stage before;
+        ``after_backward(b, g_b)`` runs as soon as g_b is made (and bucket b + 1's call has
+        returned). Concatenated, the g_b are :meth:`gradient`'s vector where the training
+        variables hold the prediction parameters. One graph execution runs it all (the
+        forward pass once), the callbacks inside it as ``tf.numpy_function`` ops but for
+        ``after_backward(0, g_0)``, which runs here once it has returned (the last bucket:
+        nothing is left to overlap); control dependencies put the ops in order
+        (before_forward ascending, then after_backward descending); an exception in a
+        callback ends the call with that exception. With more than one inter-op thread those
+        ops run beside the compute (before_forward(b) may run while stage b - 1 computes;
+        stage b - 1's backward pass does not wait for after_backward(b)); with
+        ``inline=True`` or ``train.inter_op_threads=1`` each runs in line: before_forward(b)
+        after stage b - 1's forward pass, after_backward(b) before stage b - 1's backward
+        pass (what ``dba3c.benchmarks.stages`` times stages by). The in-graph callbacks run
+        on a TensorFlow thread of that execution: they may call :meth:`assign_bucket` (eager
+        assigns), but not a ``tf.function``, which with ``train.inter_op_threads=1`` would
+        wait forever for the one inter-op thread.
 
         Raises ValueError when the Learner was not made with ``staged=True``, or when
         ``train.grad_clip_mode`` is ``global_norm`` (with clipping on): that clip needs the
@@ -162,8 +171,10 @@ class Learner:
         if self._clip > 0 and self._clip_mode == "global_norm":
             raise ValueError("a staged gradient clips bucket by bucket: train.grad_clip_mode "
                              "global_norm needs the whole gradient (use gradient())")
+        gradient = copy.inline_gradient if inline else copy.gradient
         with copy.hooks.calling(before_forward, after_backward):
-            loss, parts = copy.gradient(obs, a.astype(np.int32), R.astype(np.float32))
+            loss, parts, g_0 = gradient(obs, a.astype(np.int32), R.astype(np.float32))
+        after_backward(0, g_0.numpy())
         return loss_stats(loss, parts)
 
     def set_params(self, theta: np.ndarray, version: int = 0, *,
@@ -224,11 +235,12 @@ def loss_stats(loss: tf.Tensor, parts: dict[str, tf.Tensor]) -> dict[str, float]
 @dataclasses.dataclass(frozen=True)
 class TrainingCopy:
     """What only a ``staged=True`` Learner has: its training variables by stage (one list
-    per bucket) and the staged gradient over them with the callbacks of the call in
-    progress."""
+    per bucket), the staged gradient over them (callbacks beside the compute where there is
+    more than one inter-op thread, and in line) and the callbacks of the call in progress."""
 
     stages: list[list[tf.Variable]]
     gradient: Callable[..., tuple]
+    inline_gradient: Callable[..., tuple]
     hooks: StageHooks
 
 
@@ -239,12 +251,22 @@ def make_training_copy(spec: NetSpec, train_variables: list[tf.Variable],
     ``loss_fn(logits, v, a, R)``, ``clip(grads)``, ``batch_sig`` the (obs, a, R) signature."""
     stages, hooks = stage_params(spec, train_variables), StageHooks()
 
-    @tf.function(input_signature=batch_sig)
-    def gradient(obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor) -> tuple:
-        return staged_graph(spec, stages, hooks, lambda out: loss_fn(out[0], out[1], a, R),
-                            lambda grads: flat_concat(clip(grads)), obs)
+    def staged(inline: bool) -> Callable[..., tuple]:
+        @tf.function(input_signature=batch_sig)
+        def gradient(obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor) -> tuple:
+            # one inter-op thread cannot run a callback beside the compute: in line
+            return staged_graph(spec, stages, hooks, lambda out: loss_fn(out[0], out[1], a, R),
+                                lambda grads: flat_concat(clip(grads)), obs,
+                                inline=inline or inter_op_threads() == 1)
+        return gradient
 
-    return TrainingCopy(stages, gradient, hooks)
+    return TrainingCopy(stages, staged(False), staged(True), hooks)
+
+
+def inter_op_threads() -> int:
+    """The size of this process's TensorFlow inter-op pool (when TensorFlow chooses, one
+    per bound CPU, :mod:`dba3c.cpus`)."""
+    return tf.config.threading.get_inter_op_parallelism_threads() or len(bound_cpus())
 
 
 class StageHooks:
@@ -272,15 +294,17 @@ class StageHooks:
 
     def op(self, b: int, g_b: tf.Tensor | None = None) -> tf.Tensor:
         """A ``tf.numpy_function`` op calling ``before_forward(b)``, or ``after_backward(b,
-        g_b)`` with a copy of g_b when given (NumPy's view of the tensor lives only during
-        the op; the callback may keep its copy); its output (a bool) is for control deps.
+        g_b)`` with g_b when given: NumPy's view of the tensor, no copy (the view holds a
+        reference to the tensor's buffer, so the callback may keep it and TensorFlow reuses
+        the buffer only once it is dropped; tests/unit/learning/test_learner.py); its output
+        (a bool) is for control deps.
         (``tf.py_function`` costs about twice as much per op; docs/decisions.md,
         "numpy_function hooks".)"""
 
         def call(*g: np.ndarray) -> bool:
             try:
                 if g:
-                    self.after_backward(b, g[0].copy())
+                    self.after_backward(b, g[0])
                 else:
                     self.before_forward(b)
             except BaseException as e:
@@ -292,23 +316,34 @@ class StageHooks:
 
 
 def staged_graph(spec: NetSpec, params: list[list[tf.Variable]], hooks: StageHooks,
-                 loss_fn: Callable, finish: Callable, obs: tf.Tensor) -> tuple:
-    """The staged gradient inside one ``tf.function``: (L, loss terms).
+                 loss_fn: Callable, finish: Callable, obs: tf.Tensor, *,
+                 inline: bool = False) -> tuple:
+    """The staged gradient inside one ``tf.function``: (L, loss terms, g_0).
 
-    Forward, b = 0 .. B-1: ``hooks.op(b)`` (before_forward) after stage b - 1's output,
-    then stage b (:func:`dba3c.learning.models.stage_forward`) on its variables read after the hook
-    and its input passed after it through ``tf.stop_gradient`` (so a stage's gradient holds
-    only that stage's ops). Backward, b = B-1 .. 0, on the one tape: stage b's
-    gradients of its variables and of its input given dL/d(its output); ``finish`` makes
-    the bucket's flat clipped g_b, ``hooks.op(b, g_b)`` (after_backward) runs, and only
-    then does dL/d(input) go on to stage b - 1.
+    Forward, b = 0 .. B-1: stage b (:func:`dba3c.learning.models.stage_forward`) on its
+    variables read after ``hooks.op(b)`` (before_forward) and its input passed after that
+    hook through ``tf.stop_gradient`` (so a stage's gradient holds only that stage's ops).
+    Backward, b = B-1 .. 0, on the one tape: stage b's gradients of its variables and of its
+    input given dL/d(its output); ``finish`` makes the bucket's flat clipped g_b, and for b > 0
+    ``hooks.op(b, g_b)`` (after_backward) runs; g_0 is returned for the caller's
+    after_backward(0).
+
+    The hook ops are chained (before_forward ascending, then after_backward descending) and
+    L waits for the last. ``inline=False``: nothing else waits for them, so they run beside
+    the compute on another inter-op thread: before_forward(b) once before_forward(b - 1)
+    has returned, after_backward(b) as soon as g_b is made. ``inline=True``:
+    before_forward(b) also waits for stage b - 1's output, and dL/d(input of stage b)
+    goes on to stage b - 1 only once after_backward(b) has returned (one inter-op thread:
+    a hook beside the compute would run after it).
     """
     x, sources, inputs, outputs = obs, [], [], []
+    hook = None  # the last hook op: the next one runs after it
     with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
         for b, stage_vars in enumerate(params):
-            with tf.control_dependencies([x]):
-                before = hooks.op(b)
-            with tf.control_dependencies([before]):
+            after = ([] if hook is None else [hook]) + ([x] if inline else [])
+            with tf.control_dependencies(after):
+                hook = hooks.op(b)
+            with tf.control_dependencies([hook]):
                 inputs.append(tf.stop_gradient(x))  # the tape ends each stage here
                 values = [v.read_value() for v in stage_vars]
             sources.append(values + inputs[-1:] if b > 0 else values)  # obs: no gradient
@@ -319,8 +354,15 @@ def staged_graph(spec: NetSpec, params: list[list[tf.Variable]], hooks: StageHoo
     upstream, target = None, loss
     for b in reversed(range(len(params))):
         grads = tape.gradient(target, sources[b], output_gradients=upstream)
-        with tf.control_dependencies([hooks.op(b, finish(grads[:len(params[b])]))]):
-            if b > 0:  # dL/d(input of stage b), on to stage b - 1
-                upstream, target = tf.identity(grads[-1]), outputs[b - 1]
-            loss = tf.identity(loss)
-    return loss, parts
+        g_b = finish(grads[:len(params[b])])
+        if b == 0:
+            break
+        with tf.control_dependencies([hook]):
+            hook = hooks.op(b, g_b)
+        upstream, target = grads[-1], outputs[b - 1]  # dL/d(input of stage b), on to b - 1
+        if inline:
+            with tf.control_dependencies([hook]):
+                upstream = tf.identity(upstream)
+    with tf.control_dependencies([hook]):
+        loss = tf.identity(loss)
+    return loss, parts, g_b

@@ -83,7 +83,8 @@ class StagedTraining:
 
     def before_forward(self, bucket: int) -> None:
         """Load bucket ``bucket`` of the arriving version into the training variables,
-        waiting for it (the wait counts as waiting for parameters)."""
+        waiting for it (the wait counts as waiting for parameters, though with more than one
+        inter-op thread it may pass while the stage before it computes)."""
         if self.arriving is not None:
             t0 = time.perf_counter()
             theta_bucket = self.arriving.wait(bucket)

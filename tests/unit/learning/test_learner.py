@@ -197,7 +197,7 @@ def staged_setup(name: str, cfg: TrainConfig | None = None) -> tuple:
 
 
 def run_staged(learner: Learner, batch: tuple[np.ndarray, np.ndarray, np.ndarray],
-               before_forward=lambda b: None) -> tuple:
+               before_forward=lambda b: None, inline: bool = False) -> tuple:
     """The staged gradient with recording callbacks: (flat gradient in bucket order, losses,
     the calls as ("forward", b) / ("backward", b))."""
     calls: list[tuple[str, int]] = []
@@ -212,7 +212,7 @@ def run_staged(learner: Learner, batch: tuple[np.ndarray, np.ndarray, np.ndarray
         assert g_b.dtype == np.float32
         buckets[b] = g_b.copy()
 
-    stats = learner.staged_gradient(*batch, forward_hook, backward_hook)
+    stats = learner.staged_gradient(*batch, forward_hook, backward_hook, inline=inline)
     return np.concatenate([buckets[b] for b in sorted(buckets)]), stats, calls
 
 
@@ -225,11 +225,12 @@ def assert_same_gradient(staged: np.ndarray, whole: np.ndarray) -> None:
     np.testing.assert_allclose(staged, whole, rtol=1e-5, atol=1e-5 * np.abs(whole).max())
 
 
+@pytest.mark.parametrize("inline", [False, True])
 @pytest.mark.parametrize("name", list(STAGED))
-def test_staged_gradient_buckets_concatenate_to_the_one_call_gradient(name):
+def test_staged_gradient_buckets_concatenate_to_the_one_call_gradient(name, inline):
     learner, _, _, batch = staged_setup(name)
     whole, stats = learner.gradient(*batch)
-    staged, staged_stats, calls = run_staged(learner, batch)
+    staged, staged_stats, calls = run_staged(learner, batch, inline=inline)
     assert_same_gradient(staged, whole)
     assert staged_stats.keys() == stats.keys()
     for key in stats:  # float32 scalars from the same math
@@ -239,6 +240,22 @@ def test_staged_gradient_buckets_concatenate_to_the_one_call_gradient(name):
     assert len(layer_buckets(learner.layout)) == stages
     assert calls == ([("forward", b) for b in range(stages)]
                      + [("backward", b) for b in reversed(range(stages))])
+
+
+def test_a_bucket_kept_by_after_backward_keeps_its_values():
+    # after_backward gets NumPy's view of the bucket, no copy: the view holds the tensor's
+    # buffer, so later steps (other parameters, other gradients) do not write over it
+    learner, theta1, theta2, batch = staged_setup("a3c_ff")
+    kept: dict[int, np.ndarray] = {}
+    learner.staged_gradient(*batch, lambda b: None, kept.__setitem__)
+    first = {b: g_b.copy() for b, g_b in kept.items()}
+    learner.set_params(theta2)
+    for _ in range(3):
+        run_staged(learner, batch)
+    for b, g_b in kept.items():
+        np.testing.assert_array_equal(g_b, first[b])
+    assert not np.allclose(np.concatenate([first[b] for b in sorted(first)]),
+                           run_staged(learner, batch)[0])  # theta2's gradient differs
 
 
 def test_the_clip_bites_in_the_staged_comparison():
