@@ -50,12 +50,13 @@ class ScalePoint:
 
 
 def collective_grid(quick: bool) -> list[ScalePoint]:
-    """The points of ``--aggregation collective``: over 10 Gb/s links W at FC 128, FC sizes
-    and stragglers at the largest W; over 100 Gb/s links W at FC 128 (``quick``: up to 16
-    workers). No W = 1: one collective rank is a world of one, which trains in one process
-    and cannot run synthetic compute (and has nothing to communicate: E = 1)."""
+    """The points of ``--aggregation collective``: over 10 Gb/s links W at FC 128 up to 128
+    workers, FC sizes and stragglers at the paper's largest W, 64; over 100 Gb/s links W at
+    FC 128 (``quick``: up to 16 workers, the FC sizes at 16). No W = 1: one collective rank
+    is a world of one, which trains in one process and cannot run synthetic compute (and
+    has nothing to communicate: E = 1)."""
     sizes, top, fcs = ((4, 16), 16, (32, 512)) if quick else (
-        (2, 4, 8, 16, 32, 64), 64, (32, 256, 512))
+        (2, 4, 8, 16, 32, 64, 128), 64, (32, 256, 512))
     points = [ScalePoint(w, 0, aggregation="collective") for w in sizes]
     points += [ScalePoint(top, 0, hidden=h, aggregation="collective") for h in fcs]
     points.append(ScalePoint(top, 0, slow_workers=top // 16, aggregation="collective"))

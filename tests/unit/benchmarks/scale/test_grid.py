@@ -91,8 +91,9 @@ def test_the_collective_grid_has_no_parameter_servers():
     assert all(p.aggregation == "collective" and p.ps == 0 for p in grid)
     assert "dist.aggregation=collective" in grid[0].overrides()
     assert [p.workers for p in grid if p.link_gbit == 10 and p.hidden == 128
-            and not p.slow_workers] == [2, 4, 8, 16, 32, 64]
+            and not p.slow_workers] == [2, 4, 8, 16, 32, 64, 128]
     assert {p.hidden for p in grid if p.workers == 64} == {32, 128, 256, 512}
+    assert {(p.hidden, p.link_gbit) for p in grid if p.workers == 128} == {(128, 10), (128, 100)}
     assert max(p.workers for p in collective_grid(quick=True)) == 16
 
 
@@ -103,7 +104,7 @@ def test_workers_and_ps_select_grid_points_by_their_counts():
     assert {p.workers for p in top} == {32, 64} and len(top) == 8  # 2 + 2 at 100 Gb/s + 4 at 64
     assert select_points(grid) == grid
     with pytest.raises(UserError, match=r"--workers 3,5: the grid has no such point \(its "
-                       r"counts: 2,4,8,16,32,64\)"):
+                       r"counts: 2,4,8,16,32,64,128\)"):
         select_points(grid, (3, 4, 5))
     ps_grid = scale_grid(quick=False)
     chosen = select_points(ps_grid, (64,), (5, 8))
