@@ -4,6 +4,7 @@ a rank that trains, with overlap off, on, or chosen by the run, on the same layo
     python -m dba3c.benchmarks.real_ranks --ranks 4 --cores 4 --repeats 2
     python -m dba3c.benchmarks.real_ranks --modes off,auto --tcp      # the run's own choice
     python -m dba3c.benchmarks.real_ranks --ranks 2 --cores 1 --steps 12 --repeats 1  # 2 cores
+    python -m dba3c.benchmarks.real_ranks --ranks 4 --cores 4 --namespaces 10gbit  # a link each
 
 Each run is ``dba3c train`` under the MPI library's ``mpiexec``: ``--ranks`` training
 workers of the paper network (the preset's simulators, mini-batch and FC size) in the
@@ -13,7 +14,12 @@ Modes (``--modes``): ``off`` serial steps, ``on`` overlapped from the first step
 the run's own choice after its probe (``dist.overlap_probe_steps``; each rank's line saying
 which is kept in the results). With ``--tcp`` the ranks talk TCP over the loopback, as
 between nodes; ``--link RATE`` (root, ``tc``) also shapes it at RATE x ranks, the same total
-capacity as a link per rank (not per-pair fairness). Without either MPICH moves the bytes
+capacity as a link per rank (not per-pair fairness). ``--namespaces RATE`` (root, ``ip
+netns``) puts each rank on an emulated node of its own (:mod:`dba3c.benchmarks.emulated`: a
+network namespace whose link is shaped at RATE both ways), so every rank has its own link
+as on a cluster; hydra would bind every node's one rank to the same first cores, so each
+rank is started under ``taskset`` on cores of its own instead (rank r: cores r x C to
+r x C + C - 1). Without any of these MPICH moves the bytes
 through shared memory, so there is nothing to hide and the difference between the modes is
 the overlap's own cost. The runs alternate (off, on, off, on, ...), so drift of the machine
 falls on every mode alike.
@@ -32,6 +38,7 @@ medians. Results go to ``--out`` (JSON) with the machine and the command line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import shutil
@@ -41,9 +48,10 @@ import sys
 import time
 from pathlib import Path
 
+from dba3c.benchmarks.emulated import EmulatedCluster
 from dba3c.benchmarks.record import machine_description, write_results
 from dba3c.benchmarks.scale.cluster import steady_step_seconds
-from dba3c.launchers.local import launch_command, launch_environment
+from dba3c.launchers.local import find_mpiexec, launch_environment, launch_layout
 from dba3c.training.metrics import steady_throughput
 from dba3c.training.rundir import RunDir
 
@@ -69,12 +77,27 @@ def overrides(ranks: int, steps: int, mode: str, run_dir: Path) -> list[str]:
             "run.progress=none", f"run.dir={run_dir}"]
 
 
+def rank_commands(program: list[str], ranks: int, cores: int) -> list[str]:
+    """hydra's MPMD arguments starting rank r of ``program`` under ``taskset`` on cores
+    r x ``cores`` .. r x ``cores`` + ``cores`` - 1: ``-n 1 taskset -c LO-HI PROGRAM : ...``."""
+    segments = [["-n", "1", "taskset", "-c", f"{r * cores}-{(r + 1) * cores - 1}", *program]
+                for r in range(ranks)]
+    return [word for i, segment in enumerate(segments)
+            for word in ([":"] if i else []) + segment]
+
+
 def run_once(config: str, ranks: int, cores: int, steps: int, mode: str, run_dir: Path,
-             tcp: bool) -> dict:
-    """One job; its figures (see the module docstring)."""
+             tcp: bool, nodes_args: list[str] | None = None) -> dict:
+    """One job; its figures (see the module docstring). ``nodes_args``: the mpiexec options
+    that put rank k on emulated node k + 1 (``--namespaces``)."""
     shutil.rmtree(run_dir, ignore_errors=True)
-    cmd = launch_command(config, overrides(ranks, steps, mode, run_dir), workers=ranks,
-                         ps=0, evaluator=False, mpiexec_args=["-bind-to", f"core:{cores}"])
+    extra, world = launch_layout(config, overrides(ranks, steps, mode, run_dir),
+                                 workers=ranks, ps=0, evaluator=False)
+    program = [sys.executable, "-m", "dba3c", "train", config, *extra]
+    if nodes_args is None:
+        cmd = [find_mpiexec(), "-bind-to", f"core:{cores}", "-n", str(world), *program]
+    else:
+        cmd = [find_mpiexec(), *nodes_args, *rank_commands(program, world, cores)]
     env = launch_environment()
     if tcp:  # every pair through the (shaped) loopback, as between nodes
         env.update(MPIR_CVAR_NOLOCAL="1", MPIR_CVAR_CH4_NETMOD="ofi", FI_PROVIDER="tcp")
@@ -116,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--modes", default="off,on", help="of off, on, auto (off is the base)")
     p.add_argument("--tcp", action="store_true", help="TCP over the loopback")
     p.add_argument("--link", default=None, help="e.g. 10gbit: TCP over a shaped loopback")
+    p.add_argument("--namespaces", default=None, metavar="RATE",
+                   help="e.g. 10gbit: each rank on an emulated node of its own, its link "
+                   "shaped at RATE (root)")
     p.add_argument("--work-dir", default="runs/real_ranks")
     p.add_argument("--out", default="bench/real_ranks.json")
     args = p.parse_args(argv)
@@ -129,16 +155,26 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.ranks * args.cores} CPUs; this machine has {os.cpu_count()}",
               file=sys.stderr)
         return 2
-    if args.link:
-        rate_number = "".join(c for c in args.link if c.isdigit() or c == ".")
-        shape_loopback(f"{float(rate_number) * args.ranks:g}{args.link[len(rate_number):]}")
-    runs = []
-    try:
+    if args.namespaces and (args.tcp or args.link):
+        print("error: --namespaces gives each rank a link of its own: no --tcp or --link with "
+              "it", file=sys.stderr)
+        return 2
+    with contextlib.ExitStack() as stack:
+        nodes_args = None
+        if args.namespaces:
+            cluster = stack.enter_context(EmulatedCluster(args.ranks, args.namespaces))
+            nodes_args = cluster.mpiexec_args()
+        if args.link:
+            rate_number = "".join(c for c in args.link if c.isdigit() or c == ".")
+            shape_loopback(f"{float(rate_number) * args.ranks:g}"
+                           f"{args.link[len(rate_number):]}")
+            stack.callback(shape_loopback, None)
+        runs = []
         for i in range(args.repeats):
             for mode in modes:
                 run = run_once(args.config, args.ranks, args.cores, args.steps, mode,
                                Path(args.work_dir) / f"{i}-{mode}",
-                               tcp=args.tcp or args.link is not None)
+                               tcp=args.tcp or args.link is not None, nodes_args=nodes_args)
                 runs.append(run)
                 print(f"real_ranks: run {len(runs)}/{len(modes) * args.repeats}: overlap "
                       f"{mode:4} {run['step_s']:.4f} s/step, "
@@ -146,13 +182,11 @@ def main(argv: list[str] | None = None) -> int:
                       f"{run['cpu_s_per_step']:.3f} CPU s/step", file=sys.stderr, flush=True)
                 for line in run["overlap_choices"]:
                     print(f"real_ranks:   {line}", file=sys.stderr, flush=True)
-    finally:
-        if args.link:
-            shape_loopback(None)
     steps = {mode: [r["step_s"] for r in runs if r["mode"] == mode] for mode in modes}
     results = {"machine": machine_description(), "ranks": args.ranks, "cores": args.cores,
                "config": args.config,
-               "link": args.link or ("TCP" if args.tcp else "shared memory"),
+               "link": (f"a namespace per rank, {args.namespaces} links" if args.namespaces
+                        else args.link or ("TCP" if args.tcp else "shared memory")),
                "command": "python -m dba3c.benchmarks.real_ranks " + " ".join(
                    argv if argv is not None else sys.argv[1:]),
                "overhead": {mode: overhead(steps[mode], steps["off"])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dba3c.benchmarks.real_ranks import overhead, overrides
+from dba3c.benchmarks.real_ranks import overhead, overrides, rank_commands
 
 
 def test_overhead_compares_the_medians_of_the_two_modes():
@@ -26,3 +26,12 @@ def test_a_run_trains_only_in_the_collective_mode_overlapping_as_its_mode_says()
     assert args("off")["dist.collective_overlap"] == "false"
     auto = args("auto")
     assert auto["dist.collective_overlap"] == "true" and "dist.overlap_probe_steps" not in auto
+
+
+def test_on_emulated_nodes_each_rank_runs_under_taskset_on_cores_of_its_own():
+    program = ["python", "-m", "dba3c", "train", "c.yaml"]
+    assert rank_commands(program, 3, 4) == [
+        "-n", "1", "taskset", "-c", "0-3", *program, ":",
+        "-n", "1", "taskset", "-c", "4-7", *program, ":",
+        "-n", "1", "taskset", "-c", "8-11", *program]
+    assert rank_commands(program, 1, 1) == ["-n", "1", "taskset", "-c", "0-0", *program]
