@@ -268,15 +268,25 @@ def scaling_tables(rows: list[dict]) -> dict[str, Table]:
     return tables
 
 
+def scale_mode(point: dict) -> str:
+    """How a scale point aggregates: ``P=4`` (parameter servers), ``collective`` or
+    ``collective, overlapped``."""
+    if point.get("aggregation") == "collective":
+        return "collective, overlapped" if point.get("overlap") else "collective"
+    return f"P={point['ps']}"
+
+
 def scale_tables(results: dict) -> dict[str, Table]:
     """The tables behind the ``scale_*`` figures from ``dba3c bench --scale`` results.
 
     Only measured points without backup workers or stragglers count. Efficiency vs W takes
-    the FC 128 points, one series per link rate and P, with ``ideal_linear`` E = 1;
-    throughput vs P the FC 128 points at the largest W and throughput vs FC those at the
-    largest W and P = 4, one series per link rate. Each row also gives the analytic model's
-    value (``model_*``) and the point's time scale. A figure is made only if its x takes
-    several values.
+    the FC 128 points, one series per link rate and mode (:func:`scale_mode`: P, or
+    collective), with ``ideal_linear`` E = 1; throughput vs P the ``ps`` points at FC 128
+    and the largest W and throughput vs FC those at the largest W and P = 4, one series per
+    link rate. A point measured more than once (the same series and x, e.g. from several
+    results files) is their mean (``runs``: how many). Each row also gives the analytic
+    model's value (``model_*``) and the point's time scale. A figure is made only if its x
+    takes several values.
     """
     plain = [p for p in results["points"]
              if "error" not in p and not p["replicas"] and not p["slow_workers"]]
@@ -284,9 +294,10 @@ def scale_tables(results: dict) -> dict[str, Table]:
     selections = {
         "scale_efficiency_vs_workers": (
             [p for p in plain if p["hidden"] == 128],
-            lambda p: f"{p['link_gbit']} Gb/s, P={p['ps']}"),
+            lambda p: f"{p['link_gbit']} Gb/s, {scale_mode(p)}"),
         "scale_throughput_vs_ps": (
-            [p for p in plain if p["hidden"] == 128 and p["workers"] == top],
+            [p for p in plain if p["hidden"] == 128 and p["workers"] == top
+             and p.get("aggregation") != "collective"],
             lambda p: f"W={top}, {p['link_gbit']} Gb/s, FC 128"),
         "scale_throughput_vs_hidden": (
             [p for p in plain if p["workers"] == top and p["ps"] == 4],
@@ -297,13 +308,18 @@ def scale_tables(results: dict) -> dict[str, Table]:
         spec = _SCALE[name]
         if len({p[spec.x] for p in points}) < 2:
             continue
-        table = []
+        repeats: dict[tuple[str, Any], list[dict]] = {}
         for p in sorted(points, key=lambda p: (series(p), p[spec.x])):
-            model = p[spec.y] * p["step_ms"] / p["model_step_ms"]  # both go as 1 / T_step
-            entry = {"series": series(p), spec.x: p[spec.x], spec.y: p[spec.y],
-                     f"model_{spec.y}": model, "time_scale": p["time_scale"]}
+            repeats.setdefault((series(p), p[spec.x]), []).append(p)
+        table = []
+        for (label, x), same in repeats.items():
+            y = mean([p[spec.y] for p in same])
+            model = mean([p[spec.y] * p["step_ms"] / p["model_step_ms"]  # both go as 1 / T
+                          for p in same])
+            entry = {"series": label, spec.x: x, spec.y: y, f"model_{spec.y}": model,
+                     "time_scale": same[0]["time_scale"], "runs": len(same)}
             if spec.ideal:
-                entry["ideal_linear"] = spec.ideal(p[spec.y], p[spec.x], p[spec.x])
+                entry["ideal_linear"] = spec.ideal(y, x, x)
             table.append(entry)
         tables[name] = table
     return tables
@@ -461,9 +477,10 @@ def plot_command(paths: list, out_dir: str | Path) -> list[Path]:
 
     A run directory has ``metrics.jsonl``; a sweep directory has ``sweep.csv``, and its
     ``ok`` runs join the learning curves and the sync-vs-async figure; a ``.json`` file is
-    the results of ``dba3c bench --scale``. With several sweeps (or scale results), each
-    one's figures are prefixed with its directory (file) name. Raises ValueError naming a
-    path that is none of these.
+    the results of ``dba3c bench --scale``. With several sweeps, each one's figures are
+    prefixed with its directory name; several scale results are drawn together (e.g. a
+    ``ps`` run and a collective run in one efficiency figure; a point in several, their
+    mean). Raises ValueError naming a path that is none of these.
     """
     from dba3c.training.rundir import read_scale_results
 
@@ -486,8 +503,9 @@ def plot_command(paths: list, out_dir: str | Path) -> list[Path]:
               ("", {"sync_vs_async": sync_vs_async_table(runs)})]
     tables += [(f"{path.name}_" if len(sweeps) > 1 else "", scaling_tables(rows))
                for path, rows in sweeps]
-    tables += [(f"{path.stem}_" if len(scales) > 1 else "", scale_tables(results))
-               for path, results in scales]
+    if scales:
+        tables.append(("", scale_tables({"points": [point for _, results in scales
+                                                    for point in results["points"]]})))
     return write_outputs({prefix + name: (draw_figure(name, table), table)
                           for prefix, named in tables for name, table in named.items() if table},
                          out_dir)

@@ -360,6 +360,33 @@ def test_scale_results_give_efficiency_throughput_vs_ps_and_vs_fc(tmp_path):
                                                                                    "8000.0"]
 
 
+def test_several_scale_results_are_drawn_together_both_modes_in_one_efficiency_figure(
+        tmp_path):
+    # a ps run to W = 4 and two collective runs (overlapped) to W = 8, one at W = 4 twice
+    ps_run = [scale_point(1, 1, step_ms=12.5), scale_point(4, 1, step_ms=20.0)]
+    def coll(workers: int, step_ms: float) -> dict:
+        return {**scale_point(workers, 0, step_ms=step_ms), "aggregation": "collective",
+                "overlap": True}
+
+    first, second = [coll(2, 12.5), coll(4, 16.0)], [coll(4, 10.0), coll(8, 20.0)]
+    paths = []
+    for name, points in (("ps", ps_run), ("c1", first), ("c2", second)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps({"points": points}))
+    written = plots.plot_command(paths, tmp_path / "figures")
+    assert {p.name for p in written} == {"scale_efficiency_vs_workers.png",
+                                         "scale_efficiency_vs_workers.csv"}
+    with open(tmp_path / "figures" / "scale_efficiency_vs_workers.csv", newline="") as file:
+        rows = [(r["series"], int(r["workers"]), float(r["efficiency"]), int(r["runs"]))
+                for r in csv.DictReader(file)]
+    assert rows == [("10 Gb/s, P=1", 1, 0.8, 1), ("10 Gb/s, P=1", 4, 0.5, 1),
+                    ("10 Gb/s, collective, overlapped", 2, 0.8, 1),
+                    ("10 Gb/s, collective, overlapped", 4, (0.625 + 1.0) / 2, 2),
+                    ("10 Gb/s, collective, overlapped", 8, 0.5, 1)]
+    assert plots.scale_mode({"aggregation": "collective", "overlap": False, "ps": 0}) == (
+        "collective")
+
+
 def test_a_json_file_that_is_not_scale_results_is_refused(tmp_path):
     for text, why in (("[1, 2]", "not dba3c bench --scale results"),
                       ('{"points": [{"workers": 1}]}', "'points' each have hidden, link_gbit"),
