@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -75,6 +76,12 @@ def overrides(ranks: int, steps: int, mode: str, run_dir: Path) -> list[str]:
             "eval.every=0", "eval.stop_at_target=false", f"train.max_steps={steps}",
             "train.max_seconds=0", "run.log_every=1", "run.checkpoint_every=0",
             "run.progress=none", f"run.dir={run_dir}"]
+
+
+# a rank's first line (dba3c.cpus.rank_line), found anywhere in the job's stderr: mpiexec
+# forwards the ranks' output in chunks, which may end a line inside another rank's
+FIRST_LINE = re.compile(r"rank \d+ \([^)]*\) on \S+: \d+ of \d+ CPUs bound \([^)]*\); "
+                        r"(?:threads: [^;\n]*?\d+ inter-op|no simulators, no TensorFlow)")
 
 
 def rank_commands(program: list[str], ranks: int, cores: int) -> list[str]:
@@ -114,8 +121,7 @@ def run_once(config: str, ranks: int, cores: int, steps: int, mode: str, run_dir
     return {"mode": mode, "step_s": steady_step_seconds(metrics, warmup=steps // 2),
             "data_points_per_s": steady_throughput(metrics),
             "cpu_s_per_step": cpu / steps, "wall_s": wall, "steps": len(metrics),
-            "first_lines": [line for line in proc.stderr.splitlines()
-                            if line.startswith("rank ") and " CPUs bound" in line],
+            "first_lines": FIRST_LINE.findall(proc.stderr),
             "overlap_choices": [line for line in proc.stderr.splitlines()
                                 if ": collective overlap " in line]}
 

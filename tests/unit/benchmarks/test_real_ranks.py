@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dba3c.benchmarks.real_ranks import overhead, overrides, rank_commands
+from dba3c.benchmarks.real_ranks import FIRST_LINE, overhead, overrides, rank_commands
 
 
 def test_overhead_compares_the_medians_of_the_two_modes():
@@ -35,3 +35,17 @@ def test_on_emulated_nodes_each_rank_runs_under_taskset_on_cores_of_its_own():
         "-n", "1", "taskset", "-c", "4-7", *program, ":",
         "-n", "1", "taskset", "-c", "8-11", *program]
     assert rank_commands(program, 1, 1) == ["-n", "1", "taskset", "-c", "0-0", *program]
+
+
+def test_first_lines_are_found_where_mpiexec_ran_two_ranks_lines_together():
+    stderr = ("rank 0 (chief+worker) on node1: 1 of 2 CPUs bound (0); threads: 2 simulator, "
+              "1 intra-op, 1 inter-op\nwarning: rank 0 bound to 1 of 2 CPUs (...)rank 1 "
+              "(worker) on node2: 1 of 2 CPUs bound (1); threads: 2 simulator, 1 intra-op, "
+              "1 inter-op\nrank 2 (ps) on node3: 2 of 2 CPUs bound (0-1); no simulators, no "
+              "TensorFlow\nstep 10 t=5s\n")
+    assert FIRST_LINE.findall(stderr) == [
+        "rank 0 (chief+worker) on node1: 1 of 2 CPUs bound (0); threads: 2 simulator, "
+        "1 intra-op, 1 inter-op",
+        "rank 1 (worker) on node2: 1 of 2 CPUs bound (1); threads: 2 simulator, 1 intra-op, "
+        "1 inter-op",
+        "rank 2 (ps) on node3: 2 of 2 CPUs bound (0-1); no simulators, no TensorFlow"]
