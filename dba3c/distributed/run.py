@@ -131,11 +131,8 @@ def train_distributed(cfg: Config, job: str | None) -> int:
     role = make_roles(t.size, cfg).role(t.rank)
     env, train_cfg = role_pools(role, cfg)
     hosts = t.gather_hosts()
-    # one write (print writes the text and its newline apart): ranks' lines that mpiexec
-    # forwards together then stay whole lines
-    sys.stderr.write("".join(f"{line}\n" for line in rank_lines(
-        t.rank, role, env, train_cfg, hosts.count(hosts[t.rank]))))
-    sys.stderr.flush()
+    for line in rank_lines(t.rank, role, env, train_cfg, hosts.count(hosts[t.rank])):
+        print(line, file=sys.stderr, flush=True)  # a line a write (transport.whole_lines)
     if t.rank != 0:
         ignore_polite_signals()
     play_rank(t, cfg, spec, job)

@@ -132,6 +132,20 @@ def precise_sleeps(slack_ns: int = TIMER_SLACK_NS) -> None:
     prctl(PR_SET_TIMERSLACK, slack_ns, 0, 0, 0)
 
 
+def whole_lines(stream: Any) -> None:
+    """Make ``stream`` (a rank's stderr) write each line in one piece: Python's stderr
+    writes through, so ``print`` writes its text and its newline apart, and mpiexec, which
+    forwards each rank's output in the chunks it reads, could then run another rank's line
+    into this one (it did, in 2 of 3 runs on emulated nodes: a rank's first line lost to the
+    bench that looked for it). Buffered by the line instead, a write with a newline or
+    carriage return in it also writes all that came before it, so each ``print`` of one line
+    is one write (a text of several lines should be printed a line at a time). A stream that
+    cannot be reconfigured stays as it is."""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(line_buffering=True, write_through=False)
+
+
 # MPICH's control variables for ``dist.collective_algorithm: recursive``: reduce-scatter by
 # recursive halving and allgather(v) by recursive doubling move the same bytes per rank as
 # MPICH's choice above 512 KB (pairwise exchange and a ring), in log2 W rounds instead of
@@ -153,10 +167,11 @@ class MpiTransport:
     """mpi4py buffer-based nonblocking point-to-point on COMM_WORLD. MPI starts here, after
     ``collective_algorithm`` (``dist.collective_algorithm``) chose the collectives' rounds;
     the rank's sleeps while it polls become precise (:func:`precise_sleeps`; the rank's
-    threads start after this)."""
+    threads start after this) and its stderr writes whole lines (:func:`whole_lines`)."""
 
     def __init__(self, collective_algorithm: str) -> None:
         precise_sleeps()
+        whole_lines(sys.stderr)
         os.environ.update(collective_environment(collective_algorithm, dict(os.environ)))
         from mpi4py import MPI
 

@@ -6,10 +6,11 @@ back-off, and the transport view a ``dba3c bench --scale`` job plays each point 
 from __future__ import annotations
 
 import ctypes
+import io
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from dba3c.distributed.transport import (
     collective_environment,
     precise_sleeps,
     wait_until,
+    whole_lines,
 )
 from tests.support.world import check_collectives, collectives_on, run_threads
 
@@ -136,3 +138,31 @@ def test_a_view_moves_tags_per_run_and_shares_the_world_split():
         t.join(timeout=10)
     assert sorted(groups) == [0, 1]
     assert [(g.rank, g.size) for g in (groups[0], groups[1])] == [(0, 2), (1, 2)]
+
+
+class Writes(io.RawIOBase):
+    """A raw stream that records each write it is given."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        self.writes.append(bytes(b))
+        return len(b)
+
+
+def test_a_ranks_stderr_writes_each_printed_line_in_one_piece():
+    raw = Writes()
+    # as Python makes a piped stderr (over a raw stream, which typeshed does not model)
+    stderr = io.TextIOWrapper(cast(io.BufferedWriter, raw), write_through=True)
+    print("error: rank 3 failed", file=stderr)
+    assert raw.writes == [b"error: rank 3 failed", b"\n"]  # what mpiexec could interleave
+    raw.writes.clear()
+    whole_lines(stderr)
+    print("error: rank 3 failed", file=stderr)
+    print("progress 50%", end="\r", file=stderr)
+    assert raw.writes == [b"error: rank 3 failed\n", b"progress 50%\r"]
+    whole_lines(object())  # a stream without reconfigure (a test's capture): left alone
