@@ -52,7 +52,13 @@ from pathlib import Path
 from dba3c.benchmarks.emulated import EmulatedCluster
 from dba3c.benchmarks.record import machine_description, write_results
 from dba3c.benchmarks.scale.cluster import steady_step_seconds
-from dba3c.launchers.local import find_mpiexec, launch_environment, launch_layout
+from dba3c.launchers.local import (
+    find_mpiexec,
+    launch_command,
+    launch_environment,
+    launch_layout,
+    rank_program,
+)
 from dba3c.training.metrics import steady_throughput
 from dba3c.training.rundir import RunDir
 
@@ -98,13 +104,15 @@ def run_once(config: str, ranks: int, cores: int, steps: int, mode: str, run_dir
     """One job; its figures (see the module docstring). ``nodes_args``: the mpiexec options
     that put rank k on emulated node k + 1 (``--namespaces``)."""
     shutil.rmtree(run_dir, ignore_errors=True)
-    extra, world = launch_layout(config, overrides(ranks, steps, mode, run_dir),
-                                 workers=ranks, ps=0, evaluator=False)
-    program = [sys.executable, "-m", "dba3c", "train", config, *extra]
+    config_overrides = overrides(ranks, steps, mode, run_dir)
     if nodes_args is None:
-        cmd = [find_mpiexec(), "-bind-to", f"core:{cores}", "-n", str(world), *program]
+        cmd = launch_command(config, config_overrides, workers=ranks, ps=0, evaluator=False,
+                             mpiexec_args=["-bind-to", f"core:{cores}"])
     else:
-        cmd = [find_mpiexec(), *nodes_args, *rank_commands(program, world, cores)]
+        extra, world = launch_layout(config, config_overrides, workers=ranks, ps=0,
+                                     evaluator=False)
+        cmd = [find_mpiexec(), *nodes_args,
+               *rank_commands(rank_program(config, extra), world, cores)]
     env = launch_environment()
     if tcp:  # every pair through the (shaped) loopback, as between nodes
         env.update(MPIR_CVAR_NOLOCAL="1", MPIR_CVAR_CH4_NETMOD="ofi", FI_PROVIDER="tcp")

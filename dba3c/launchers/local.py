@@ -74,9 +74,14 @@ def launch_command(config: str, overrides: list[str], *, workers: int, ps: int |
     extra, world = launch_layout(config, overrides, workers=workers, ps=ps,
                                  evaluator=evaluator)
     if world == 1:
-        return [sys.executable, "-m", "dba3c", "train", config, *extra]
-    return [find_mpiexec(), *(mpiexec_args or []), "-n", str(world), sys.executable, "-m",
-            "dba3c", "train", config, *extra]
+        return rank_program(config, extra)
+    return [find_mpiexec(), *(mpiexec_args or []), "-n", str(world),
+            *rank_program(config, extra)]
+
+
+def rank_program(config: str, extra: list[str]) -> list[str]:
+    """What every rank runs: ``dba3c train CONFIG EXTRA...`` in this Python."""
+    return [sys.executable, "-m", "dba3c", "train", config, *extra]
 
 
 def launch_local(config: str, overrides: list[str], *, workers: int, ps: int | None = None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -205,7 +206,7 @@ class Learner:
             raise ValueError(f"Learner.{method} needs a Learner made with staged=True (its "
                              "own copy of the training variables)")
         if not self._train_loaded:
-            for var, t in zip(self.train_variables or (), self._current[0]):
+            for var, t in zip(itertools.chain(*self._copy.stages), self._current[0]):
                 var.assign(t)
             self._train_loaded = True
         return self._copy
