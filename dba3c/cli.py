@@ -32,7 +32,8 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def counts(text: str) -> tuple[int, ...]:
-    """``--workers 32,64`` / ``--ps 4,8`` of ``dba3c bench --scale``: positive counts."""
+    """``--workers 32,64`` / ``--ps 4,8`` (``--links``, ``--hidden``) of ``dba3c bench
+    --scale``: positive counts."""
     try:
         values = tuple(int(n) for n in text.split(","))
     except ValueError:
@@ -126,6 +127,11 @@ def make_parser() -> argparse.ArgumentParser:
                    help="--scale: only the grid's points with these worker counts (e.g. 32,64)")
     p.add_argument("--ps", type=counts, default=(), metavar="P[,P...]",
                    help="--scale: only the grid's points with these parameter-server counts")
+    p.add_argument("--links", type=counts, default=(), metavar="GBIT[,GBIT...]",
+                   help="--scale: only the grid's points over links of these rates, Gb/s "
+                   "(10, 100)")
+    p.add_argument("--hidden", type=counts, default=(), metavar="H[,H...]",
+                   help="--scale: only the grid's points with these FC sizes (model.hidden)")
     p.add_argument("--point-timeout", type=float, default=None, metavar="SECONDS",
                    help="--scale: end a point still running after this long and record it "
                    "as failed (default 300)")
@@ -363,6 +369,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                      log_dir)
     elif args.scale:
         from dba3c.benchmarks.scale.cluster import POINT_TIMEOUT_S
+        from dba3c.benchmarks.scale.grid import Selection
         from dba3c.benchmarks.scale.report import SCALE_JSON, scale_command
 
         if args.compute_ms is not None and args.compute_ms <= 0:
@@ -377,14 +384,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         out_json = Path(args.out).with_name(SCALE_JSON)
         table, log = scale_command(args.config, args.overrides, args.quick, args.compute_ms,
                                    args.time_scale, out_json, log_dir,
-                                   args.aggregation or "ps", args.workers, args.ps,
+                                   args.aggregation or "ps",
+                                   Selection(args.workers, args.ps, args.links, args.hidden),
                                    point_timeout)
-    elif (args.aggregation is not None or args.workers or args.ps
-          or args.point_timeout is not None):
-        option = ("--aggregation" if args.aggregation is not None
-                  else "--workers" if args.workers else "--ps" if args.ps
-                  else "--point-timeout")
-        raise UserError(f"{option} is a --scale option (give --scale)")
+    elif (given := [option for option, value in (
+            ("--aggregation", args.aggregation is not None), ("--workers", args.workers),
+            ("--ps", args.ps), ("--links", args.links), ("--hidden", args.hidden),
+            ("--point-timeout", args.point_timeout is not None)) if value]):
+        raise UserError(f"{given[0]} is a --scale option (give --scale)")
     elif args.long is None:
         out_json = Path(args.out)
         table, log = bench_command(args.config, args.overrides, args.quick, out_json,

@@ -1,8 +1,9 @@
 """``dba3c bench --scale``: the distributed layer at scale, on the emulated cluster.
 
   grid.py     ScalePoint and the points measured: the ps and collective grids,
-              select_points (--workers, --ps), point_label, steps_for, and the time scale
-              s of each point (point_time_scale, grid_time_scales: the host's byte budget)
+              Selection and select_points (--workers, --ps, --links, --hidden),
+              point_label, steps_for, and the time scale s of each point
+              (point_time_scale, grid_time_scales: the host's byte budget)
   model.py    the analytic step time, pure (no processes, files, clocks or threads):
               model_step_seconds of a point from its links (comm_seconds, link_seconds,
               straggler_seconds), the collectives' rounds (phase_rounds,

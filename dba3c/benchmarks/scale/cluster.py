@@ -45,7 +45,9 @@ from dba3c.benchmarks.emulated import EmulatedCluster, link_rate, require_emulat
 from dba3c.benchmarks.proctree import EXITED, INTERRUPTED, TIMED_OUT, Interrupt, ProcessTree
 from dba3c.benchmarks.record import RssSampler, machine_description
 from dba3c.benchmarks.scale.grid import (
+    EVERY_POINT,
     ScalePoint,
+    Selection,
     collective_grid,
     grid_time_scales,
     point_label,
@@ -433,8 +435,8 @@ def grid_net(config: str, overrides: list[str], grid: list[ScalePoint],
 
 
 def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
-              time_scale: float, aggregation: str = "ps", workers: tuple[int, ...] = (),
-              servers: tuple[int, ...] = (), point_timeout: float = POINT_TIMEOUT_S,
+              time_scale: float, aggregation: str = "ps", chosen: Selection = EVERY_POINT,
+              point_timeout: float = POINT_TIMEOUT_S,
               progress: Callable[[str], None] = lambda text: print(text, file=sys.stderr,
                                                                    flush=True),
               partial: Callable[[dict], None] = lambda results: None) -> dict:
@@ -445,11 +447,10 @@ def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float 
     on. SIGINT or SIGTERM ends the running point's processes and raises
     :class:`~dba3c.errors.Interrupted` (the points so far went to ``partial``).
     ``aggregation`` collective measures
-    :func:`~dba3c.benchmarks.scale.grid.collective_grid` instead; ``workers`` and
-    ``servers`` keep only the points with those counts of workers and parameter servers
-    (:func:`~dba3c.benchmarks.scale.grid.select_points`)."""
+    :func:`~dba3c.benchmarks.scale.grid.collective_grid` instead; ``chosen`` keeps only the
+    points it selects (:func:`~dba3c.benchmarks.scale.grid.select_points`)."""
     grid = select_points(collective_grid(quick) if aggregation == "collective"
-                         else scale_grid(quick), workers, servers)
+                         else scale_grid(quick), chosen)
     overlap = overlaps(load_config(config, overrides))  # dist.collective_overlap, in effect
     grid = [replace(p, overlap=overlap) if p.aggregation == "collective" else p for p in grid]
     require_emulation()  # before anything is printed or started

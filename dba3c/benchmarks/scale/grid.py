@@ -67,11 +67,11 @@ def collective_grid(quick: bool) -> list[ScalePoint]:
 def scale_grid(quick: bool) -> list[ScalePoint]:
     """The points measured, grouped by link rate (each group is one MPI job of as many ranks
     as its largest point, :func:`~dba3c.benchmarks.scale.cluster.job_groups`): over 10 Gb/s
-    links W x P at FC 128, FC sizes and P at the largest W, and backup workers
-    (R = W - W/16) with and without stragglers; over 100 Gb/s links W at P = 1 and 4,
-    FC 128. Started one ``dba3c launch`` each, a 64-worker point spent 40-190 s starting 68
-    ranks on 2 loaded cores; in one job they start once per link rate. ``quick`` is a
-    16-worker version with two 100 Gb/s points."""
+    links W x P at FC 128, FC sizes and P at the largest W, W = 128 at P = 4, and backup
+    workers (R = W - W/16) with and without stragglers; over 100 Gb/s links W at P = 1 and 4,
+    FC 128, and W = 128 at P = 4. Started one ``dba3c launch`` each, a 64-worker point spent
+    40-190 s starting 68 ranks on 2 loaded cores; in one job they start once per link rate.
+    ``quick`` is a 16-worker version with two 100 Gb/s points."""
     sizes: tuple[int, ...]
     servers: tuple[int, ...]
     fcs: tuple[int, ...]
@@ -81,10 +81,12 @@ def scale_grid(quick: bool) -> list[ScalePoint]:
     else:
         sizes, servers, top, fcs = (1, 2, 4, 8, 16, 32, 64), (1, 2, 4, 8), 64, (32, 256, 512)
         fast = [ScalePoint(w, p, link_gbit=100) for w in sizes for p in (1, 4)]
+        fast.append(ScalePoint(2 * top, 4, link_gbit=100))
     points = [ScalePoint(w, p) for w in sizes for p in servers]
     points += [ScalePoint(top, 4, hidden=h) for h in fcs]
     if not quick:
         points += [ScalePoint(top, p) for p in (3, 5, 6, 7)]
+        points.append(ScalePoint(2 * top, 4))  # beyond the paper's 64 nodes, one point
     backups = top - top // 16
     points += [ScalePoint(top, 4, replicas=backups),
                ScalePoint(top, 4, replicas=backups, slow_workers=top // 16),
@@ -92,19 +94,43 @@ def scale_grid(quick: bool) -> list[ScalePoint]:
     return list(dict.fromkeys(points + fast))
 
 
-def select_points(grid: list[ScalePoint], workers: tuple[int, ...] = (),
-                  servers: tuple[int, ...] = ()) -> list[ScalePoint]:
-    """The points of ``grid`` with one of the worker counts ``workers`` and one of the
-    parameter-server counts ``servers`` (either empty: any), in grid order. A count no point
-    of the grid has is a :class:`UserError` naming the counts it has."""
-    for option, wanted, have in (("--workers", workers, {p.workers for p in grid}),
-                                 ("--ps", servers, {p.ps for p in grid})):
+@dataclass(frozen=True)
+class Selection:
+    """Which points of a grid to measure: those with one of these worker counts
+    (``--workers``), parameter-server counts (``--ps``), link rates in Gb/s (``--links``) and
+    FC sizes (``--hidden``); an empty one: any."""
+
+    workers: tuple[int, ...] = ()
+    servers: tuple[int, ...] = ()
+    links: tuple[int, ...] = ()
+    hidden: tuple[int, ...] = ()
+
+    def filters(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """(option, values, the ScalePoint field it selects by) of each option."""
+        return [("--workers", self.workers, "workers"), ("--ps", self.servers, "ps"),
+                ("--links", self.links, "link_gbit"), ("--hidden", self.hidden, "hidden")]
+
+    def options(self) -> str:
+        """The command-line options that make this selection (" --workers 64 ...")."""
+        return "".join(f" {option} {','.join(map(str, values))}"
+                       for option, values, _ in self.filters() if values)
+
+
+EVERY_POINT = Selection()
+
+
+def select_points(grid: list[ScalePoint], chosen: Selection = EVERY_POINT) -> list[ScalePoint]:
+    """The points of ``grid`` that ``chosen`` selects, in grid order. A value no point of
+    the grid has is a :class:`UserError` naming the option and the values it has."""
+    options = chosen.filters()
+    for option, wanted, field in options:
+        have = {getattr(p, field) for p in grid}
         missing = [n for n in wanted if n not in have]
         if missing:
             raise UserError(f"{option} {','.join(map(str, missing))}: the grid has no such "
-                            f"point (its counts: {','.join(map(str, sorted(have)))})")
-    return [p for p in grid if (not workers or p.workers in workers)
-            and (not servers or p.ps in servers)]
+                            f"point (its values: {','.join(map(str, sorted(have)))})")
+    return [p for p in grid
+            if all(not wanted or getattr(p, field) in wanted for _, wanted, field in options)]
 
 
 def point_label(point: ScalePoint) -> str:

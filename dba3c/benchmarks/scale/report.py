@@ -9,6 +9,7 @@ from pathlib import Path
 
 from dba3c.benchmarks.record import command_line, record, write_results
 from dba3c.benchmarks.scale.cluster import POINT_TIMEOUT_S, run_scale
+from dba3c.benchmarks.scale.grid import EVERY_POINT, Selection
 from dba3c.errors import Interrupted
 
 SCALE_JSON = "scale.json"  # dba3c bench --scale's results, beside bench/results.json
@@ -62,9 +63,8 @@ def scale_table(r: dict, command: str) -> str:
 
 def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
                   time_scale: float, out_json: Path, log_dir: Path | None = None,
-                  aggregation: str = "ps", workers: tuple[int, ...] = (),
-                  servers: tuple[int, ...] = (), point_timeout: float = POINT_TIMEOUT_S
-                  ) -> tuple[str, Path | None]:
+                  aggregation: str = "ps", chosen: Selection = EVERY_POINT,
+                  point_timeout: float = POINT_TIMEOUT_S) -> tuple[str, Path | None]:
     """Run the grid, write ``out_json`` and, with ``log_dir``, the Markdown page as a new log
     entry there; return the page and the entry's path (None without ``log_dir``). While it
     runs, the points so far are in ``NAME.partial.json`` beside ``out_json``; an interrupt
@@ -79,7 +79,7 @@ def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: fl
 
     try:
         results = run_scale(config, overrides, quick, compute_ms, time_scale, aggregation,
-                            workers, servers, point_timeout, partial=partial)
+                            chosen, point_timeout, partial=partial)
     except Interrupted as e:
         where = partial_json if kept else "nowhere (none was measured)"
         raise Interrupted(e.signum, f"{len(kept)} points measured kept in {where}") from None
@@ -88,8 +88,7 @@ def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: fl
                + (f" --compute-ms {compute_ms:g}" if compute_ms else "")
                + f" --time-scale {time_scale:g}"
                + (" --aggregation collective" if aggregation == "collective" else "")
-               + (f" --workers {','.join(map(str, workers))}" if workers else "")
-               + (f" --ps {','.join(map(str, servers))}" if servers else "")
+               + chosen.options()
                + (f" --point-timeout {point_timeout:g}"
                   if point_timeout != POINT_TIMEOUT_S else ""))
     table = scale_table(results, command_line(options, config, overrides))

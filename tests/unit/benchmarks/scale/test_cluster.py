@@ -32,8 +32,12 @@ from tests.support.scale import plan
                                "list of positive counts (e.g. 32,64)"),
     (["--workers", "64"], "--workers is a --scale option (give --scale)"),
     (["--ps", "4"], "--ps is a --scale option (give --scale)"),
+    (["--links", "10"], "--links is a --scale option (give --scale)"),
+    (["--hidden", "128"], "--hidden is a --scale option (give --scale)"),
     (["--scale", "--quick", "--workers", "64"], "--workers 64: the grid has no such point "
-                                                "(its counts: 1,4,16)"),
+                                                "(its values: 1,4,16)"),
+    (["--scale", "--quick", "--hidden", "64"], "--hidden 64: the grid has no such point "
+                                               "(its values: 32,128,512)"),
 ])
 def test_bench_point_filters_refuse_bad_counts_before_any_work(argv, message, tmp_path, capsys):
     from dba3c.cli import main

@@ -9,6 +9,7 @@ from dba3c.benchmarks.emulated import link_rate
 from dba3c.benchmarks.scale.grid import (
     HOST_BUDGET,
     ScalePoint,
+    Selection,
     collective_grid,
     grid_time_scales,
     point_time_scale,
@@ -30,11 +31,12 @@ def test_grids_cover_the_issue_points_once():
                                         for p in (1, 2, 4, 8)}
     assert {p.hidden for p in full if (p.workers, p.ps) == (64, 4)} == {32, 128, 256, 512}
     assert {p.ps for p in full if p.workers == 64 and p.hidden == 128} == set(range(1, 9))
+    assert [(p.ps, p.hidden) for p in full if p.workers == 128] == [(4, 128)]
     backups = [(p.replicas, p.slow_workers) for p in full if p.replicas]
     assert backups == [(60, 0), (60, 4)]
     fast = [p for p in grid if p.link_gbit == 100]
     assert {(p.workers, p.ps, p.hidden) for p in fast} == {
-        (w, p, 128) for w in (1, 2, 4, 8, 16, 32, 64) for p in (1, 4)}
+        (w, p, 128) for w in (1, 2, 4, 8, 16, 32, 64) for p in (1, 4)} | {(128, 4, 128)}
     assert grid == full + fast  # grouped by link rate: one reshape of the links
     quick = scale_grid(quick=True)
     assert max(p.workers for p in quick) == 16 and len(quick) == 13
@@ -97,18 +99,26 @@ def test_the_collective_grid_has_no_parameter_servers():
     assert max(p.workers for p in collective_grid(quick=True)) == 16
 
 
-def test_workers_and_ps_select_grid_points_by_their_counts():
+def test_workers_ps_links_and_hidden_select_grid_points():
     grid = collective_grid(quick=False)
-    top = select_points(grid, (32, 64))
+    top = select_points(grid, Selection(workers=(32, 64)))
     assert top == [p for p in grid if p.workers in (32, 64)]  # grid order kept
     assert {p.workers for p in top} == {32, 64} and len(top) == 8  # 2 + 2 at 100 Gb/s + 4 at 64
     assert select_points(grid) == grid
     with pytest.raises(UserError, match=r"--workers 3,5: the grid has no such point \(its "
-                       r"counts: 2,4,8,16,32,64,128\)"):
-        select_points(grid, (3, 4, 5))
+                       r"values: 2,4,8,16,32,64,128\)"):
+        select_points(grid, Selection(workers=(3, 4, 5)))
     ps_grid = scale_grid(quick=False)
-    chosen = select_points(ps_grid, (64,), (5, 8))
+    chosen = select_points(ps_grid, Selection(workers=(64,), servers=(5, 8)))
     assert chosen == [p for p in ps_grid if p.workers == 64 and p.ps in (5, 8)]
     assert {(p.ps, p.link_gbit) for p in chosen} == {(5, 10), (8, 10)}
-    with pytest.raises(UserError, match=r"--ps 4: the grid has no such point \(its counts: 0\)"):
-        select_points(grid, (), (4,))
+    with pytest.raises(UserError, match=r"--ps 4: the grid has no such point \(its values: 0\)"):
+        select_points(grid, Selection(servers=(4,)))
+    # W = 64 at FC 128 over 10 Gb/s, with and without stragglers: not its FC sizes or 100 Gb/s
+    selection = Selection(workers=(64,), links=(10,), hidden=(128,))
+    assert selection.options() == " --workers 64 --links 10 --hidden 128"
+    assert select_points(grid, selection) == [
+        ScalePoint(64, 0, aggregation="collective"),
+        ScalePoint(64, 0, slow_workers=4, aggregation="collective")]
+    with pytest.raises(UserError, match=r"--links 40: .*\(its values: 10,100\)"):
+        select_points(grid, Selection(links=(40,)))
