@@ -211,6 +211,11 @@ class DistConfig:
                                     "and the next forward pass starts on the layers already "
                                     "gathered (dist.aggregation=collective; off with "
                                     "train.grad_clip_mode=global_norm)")
+    replicate_first_bucket: bool = _opt(True, None, "with dist.collective_overlap: every "
+                                        "rank holds the first layer's parameters and Adam "
+                                        "state whole and sums its gradient with one "
+                                        "allreduce (half the message rounds of the exchange "
+                                        "a step cannot hide); false: cut like the others")
     overlap_probe_steps: int = _opt(20, NON_NEGATIVE, "with dist.collective_overlap: the "
                                     "run's first N steps are serial and timed, and the ranks "
                                     "then overlap only if the slowest rank's collectives took "

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The analytic model's predictions for collective aggregation at W = 64, serial and overlapped,
-# poll caps of 50 and 20 us (docs/benchmarks.md, "Model: collective aggregation that overlaps").
+# The analytic model's predictions for collective aggregation at W = 64, serial and overlapped
+# (the first bucket cut and replicated), poll caps of 50 and 20 us (docs/benchmarks.md,
+# "Model: collective aggregation that overlaps").
 # Pure arithmetic: no MPI, no TensorFlow, under a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,8 +15,12 @@ spec = NetSpec("ba3c", 128, (4, 84, 84), 6)
 n, buckets, tc = spec.layout().num_params, net_buckets(spec), 0.0128
 for gbit, s in ((10, 10), (100, 50)):
     for poll_us in (50, 20):
-        for overlap in (False, True):
+        for overlap, replicated in ((False, False), (True, False), (True, True)):
             point = ScalePoint(64, 0, link_gbit=gbit, aggregation="collective", overlap=overlap)
-            step = model_step_seconds(point, n, tc, s, poll_s=poll_us * 1e-6, buckets=buckets)
-            print(gbit, poll_us, overlap, f"{1e3 * step:.2f} ms", f"E {tc / step:.3f}")
+            step = model_step_seconds(point, n, tc, s, poll_s=poll_us * 1e-6, buckets=buckets,
+                                      replicated_first=replicated)
+            mode = ("overlapped, first bucket replicated" if replicated else
+                    "overlapped" if overlap else "serial")
+            print(f"{gbit} Gb/s, {poll_us} us polls, {mode}: {1e3 * step:.2f} ms, "
+                  f"E {tc / step:.3f}")
 PY

@@ -132,5 +132,6 @@ def make_shard_plan(cfg: Config, layout: ParamLayout, num_shards: int) -> ShardP
     bucket per layer (:func:`~dba3c.learning.params.layer_buckets`, each shard an equal share of
     each); otherwise contiguous shards."""
     if staged_steps(cfg):
-        return ShardPlan(layout.num_params, num_shards, layer_buckets(layout))
+        return ShardPlan(layout.num_params, num_shards, layer_buckets(layout),
+                         replicated_first=cfg.dist.replicate_first_bucket)
     return ShardPlan(layout.num_params, num_shards)

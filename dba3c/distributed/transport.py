@@ -150,10 +150,12 @@ def whole_lines(stream: Any) -> None:
 # recursive halving and allgather(v) by recursive doubling move the same bytes per rank as
 # MPICH's choice above 512 KB (pairwise exchange and a ring), in log2 W rounds instead of
 # W - 1 each; every round waits for a poll of MPI_Test
-# (docs/decisions.md, "recursive collectives"). Another MPI ignores them (Open MPI: its
-# ``coll`` MCA parameters choose).
+# (docs/decisions.md, "recursive collectives"). The allreduce of a replicated first bucket
+# (``dist.replicate_first_bucket``) by recursive doubling: log2 W rounds of the whole bucket.
+# Another MPI ignores them (Open MPI: its ``coll`` MCA parameters choose).
 RECURSIVE_COLLECTIVES = {"MPIR_CVAR_IREDUCE_SCATTER_INTRA_ALGORITHM": "sched_recursive_halving",
-                         "MPIR_CVAR_IALLGATHERV_INTRA_ALGORITHM": "sched_recursive_doubling"}
+                         "MPIR_CVAR_IALLGATHERV_INTRA_ALGORITHM": "sched_recursive_doubling",
+                         "MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM": "sched_recursive_doubling"}
 
 
 def collective_environment(algorithm: str, environ: dict[str, str]) -> dict[str, str]:

@@ -102,11 +102,18 @@ class ShardPlan:
     default) shard w is ``shard_bounds(num_params, num_shards)[w]``. Cutting every bucket
     gives each shard an equal share of each bucket, so a collective on one bucket loads
     every rank alike (collective aggregation moves the vector bucket by bucket).
+
+    ``replicated_first``: bucket 0 is not cut; every shard holds the whole of it (its piece of
+    bucket 0 is the bucket). Collective aggregation then sums that bucket with one allreduce
+    and every rank applies the same update to it, where a cut bucket takes a reduce-scatter
+    and an allgather: half the message rounds for the first layer, whose exchange is the one
+    a step cannot hide.
     """
 
     num_params: int
     num_shards: int
     bucket_starts: tuple[int, ...] = (0,)
+    replicated_first: bool = False
 
     def __post_init__(self) -> None:
         starts = self.bucket_starts
@@ -130,6 +137,8 @@ class ShardPlan:
     def counts(self, bucket: int) -> list[int]:
         """Every shard's piece length of ``bucket``, in shard order."""
         lo, hi = self.bucket_bounds(bucket)
+        if bucket == 0 and self.replicated_first:
+            return [hi - lo] * self.num_shards
         return near_equal_counts(hi - lo, self.num_shards)
 
     def pieces(self, shard: int) -> list[tuple[int, int]]:
@@ -138,7 +147,9 @@ class ShardPlan:
         out = []
         for b in range(self.num_buckets):
             counts = self.counts(b)
-            lo = self.bucket_bounds(b)[0] + sum(counts[:shard])
+            lo = self.bucket_bounds(b)[0]
+            if not (b == 0 and self.replicated_first):
+                lo += sum(counts[:shard])
             out.append((lo, lo + counts[shard]))
         return out
 
@@ -157,6 +168,7 @@ class ShardPlan:
 
     def flat_chunks(self, shards: list[np.ndarray]) -> list[np.ndarray]:
         """The pieces of every shard (views), in flat-vector order: concatenated they are
-        the flat vector whose shards these are."""
+        the flat vector whose shards these are (a replicated bucket 0 from shard 0)."""
         cut = [np.split(s, self.piece_offsets(w)[1:]) for w, s in enumerate(shards)]
-        return [cut[w][b] for b in range(self.num_buckets) for w in range(self.num_shards)]
+        return [cut[w][b] for b in range(self.num_buckets) for w in range(self.num_shards)
+                if not (b == 0 and self.replicated_first and w > 0)]

@@ -204,8 +204,9 @@ def contribution(world_rank: int) -> np.ndarray:
 
 
 def collectives_on(transport) -> tuple | None:
-    """World rank 1 stays out; the others reduce-scatter, allreduce and allgather, with the
-    three operations in flight at once."""
+    """World rank 1 stays out; the others reduce-scatter, allreduce (a control vector and a
+    float32 bucket, as a replicated first bucket is summed) and allgather, with the four
+    operations in flight at once."""
     group = transport.split(transport.rank != 1)
     if group is None:
         return None
@@ -213,13 +214,15 @@ def collectives_on(transport) -> tuple | None:
     part = np.zeros(COUNTS[group.rank], np.float32)
     total = np.zeros(2, np.int64)
     gathered = np.zeros(sum(COUNTS), np.float32)
+    summed = np.zeros(sum(COUNTS), np.float32)
     start = offsets(COUNTS)[group.rank]
     requests = [group.ireduce_scatter(mine, part, COUNTS),
                 group.iallreduce(np.array([group.rank, 1], np.int64), total),
+                group.iallreduce(mine, summed),
                 group.iallgather(mine[start:start + COUNTS[group.rank]], gathered, COUNTS)]
     while not all([r.test() for r in requests]):
         pass
-    return group.rank, group.size, part, total, gathered
+    return group.rank, group.size, part, total, gathered, summed
 
 
 def check_collectives(results: list) -> None:
@@ -228,8 +231,12 @@ def check_collectives(results: list) -> None:
     full = cast(np.ndarray, sum(contribution(r).astype(np.float64) for r in members))
     pieces = np.concatenate([contribution(r)[o:o + n] for r, o, n in
                              zip(members, offsets(COUNTS), COUNTS)])
+    # every member's float32 sum has the same bits (a replicated first bucket relies on it)
+    sums = [results[r][5] for r in members]
+    assert all(np.array_equal(s.view(np.uint32), sums[0].view(np.uint32)) for s in sums)
+    np.testing.assert_allclose(sums[0], full, rtol=1e-6)
     for group_rank, world_rank in enumerate(members):
-        rank, size, part, total, gathered = results[world_rank]
+        rank, size, part, total, gathered, _ = results[world_rank]
         assert (rank, size) == (group_rank, 3)
         o, n = offsets(COUNTS)[rank], COUNTS[rank]
         np.testing.assert_allclose(part, full[o:o + n], rtol=1e-6)

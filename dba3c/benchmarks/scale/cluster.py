@@ -198,11 +198,12 @@ def point_result(plan: PointPlan, cfg: Config, metrics: list[dict],
     num_params, buckets = num_params_of(cfg), buckets_of(cfg)
     # the point's poll caps are multiplied by its time scale (job_runs)
     algorithm, poll_s = cfg.dist.collective_algorithm, cfg.dist.collective_poll_s / s
-    staged_cost = cfg.dist.overlap_cost
+    staged_cost, replicated = cfg.dist.overlap_cost, cfg.dist.replicate_first_bucket
     model_s = model_step_seconds(point, num_params, compute_ms / 1000, s, algorithm=algorithm,
-                                 poll_s=poll_s, buckets=buckets, staged_cost=staged_cost)
+                                 poll_s=poll_s, buckets=buckets, staged_cost=staged_cost,
+                                 replicated_first=replicated)
     emulated_s = model_step_seconds(point, num_params, compute_ms / 1000, s, host_bytes_per_s,
-                                    algorithm, poll_s, buckets, staged_cost)
+                                    algorithm, poll_s, buckets, staged_cost, replicated)
     return {**asdict(point), "time_scale": s, "steps": plan.steps,
             "warmup_steps": plan.warmup, "step_ms": 1000 * step_s,
             "model_step_ms": 1000 * model_s, "emulated_model_step_ms": 1000 * emulated_s,

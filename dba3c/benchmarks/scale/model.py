@@ -42,7 +42,11 @@ order posted, for
   T_link_b = (W - 1) / W x M_b / B + rho(W) T_round      (M_b: bucket b's wire bytes)
 
 and T_a / s runs after bucket 0's reduce-scatter; with H, B <- min(B, H s / W)
-(:func:`collective_rate`). One bucket gives the serial model.
+(:func:`collective_rate`). One bucket gives the serial model. A replicated bucket 0
+(``dist.replicate_first_bucket``) is one allreduce by recursive doubling instead, rho(W)
+rounds that each move the whole bucket, and nothing to gather:
+
+  T_link_0 = rho(W) (M_0 / B + T_round),  no allgather
 """
 
 from __future__ import annotations
@@ -111,7 +115,8 @@ def model_step_seconds(point: Point, num_params: int, compute_s: float,
                        time_scale: float, host_bytes_per_s: float | None = None,
                        algorithm: str = DistConfig.collective_algorithm,
                        poll_s: float = DistConfig().collective_poll_s,
-                       buckets: Sequence[Bucket] = (), staged_cost: float = 0.0) -> float:
+                       buckets: Sequence[Bucket] = (), staged_cost: float = 0.0,
+                       replicated_first: bool = False) -> float:
     """The analytic step time of docs/benchmarks.md for a point (seconds, unscaled): the
     compute time, then the transfers (:func:`comm_seconds`), plus Adam on N/P floats (N/W with
     collective aggregation), which runs in real time and so shrinks by the time scale in an
@@ -124,13 +129,14 @@ def model_step_seconds(point: Point, num_params: int, compute_s: float,
     that overlaps (``point.overlap``) steps at :func:`overlapped_step_seconds` of its
     ``buckets`` (:func:`net_buckets`; none given: the whole vector as one bucket, which is
     the serial model), every rank computing at the slowest rank's pace and paying
-    ``staged_cost`` x its compute for the staging (``dist.overlap_cost``)."""
+    ``staged_cost`` x its compute for the staging (``dist.overlap_cost``), bucket 0
+    allreduced where ``replicated_first`` (``dist.replicate_first_bucket``)."""
     if point.aggregation == "collective" and point.overlap:
         slowest = point.slow_factor if point.slow_workers else 1.0
         stages = overlap_stages(buckets or (Bucket(num_params, 1),), point.workers,
                                 compute_s * slowest * (1.0 + staged_cost),
                                 collective_rate(point, host_bytes_per_s, time_scale),
-                                algorithm, poll_s)
+                                algorithm, poll_s, replicated_first)
         return overlapped_step_seconds(
             stages, ADAM_S_PER_PARAM * num_params / point.workers / time_scale)
     comm = comm_seconds(point, num_params)
@@ -179,19 +185,27 @@ class Stage:
 
 
 def overlap_stages(buckets: Sequence[Bucket], workers: int, compute_s: float,
-                   rate_bytes_per_s: float, algorithm: str, poll_s: float) -> list[Stage]:
+                   rate_bytes_per_s: float, algorithm: str, poll_s: float,
+                   replicated_first: bool = False) -> list[Stage]:
     """The stages of a step of ``compute_s`` = T_c over ``workers`` = W ranks. Compute in
     proportion to FLOPs: stage b runs F_b / D x T_c forward and 2 F_b / D x T_c backward
     (F_0 / D for stage 0, which computes no input gradient), D = the sum of all of them.
     Bucket b's reduce-scatter and allgather each hold the link for the time its bytes take,
     (W - 1)/W x ``wire_bytes``(N_b) / rate (summed over the buckets, the serial model's
     :func:`comm_seconds`), plus its message rounds, :func:`phase_rounds` x
-    ``ROUND_POLL_CAPS`` x ``poll_s``."""
+    ``ROUND_POLL_CAPS`` x ``poll_s``. ``replicated_first``: bucket 0's allreduce holds the
+    link for log2 W rounds (recursive doubling) of its whole bytes and allgathers nothing."""
     forward, backward = stage_seconds(compute_s, [b.flops for b in buckets])
-    rounds_s = phase_rounds(workers, algorithm) * ROUND_POLL_CAPS * poll_s
+    round_s = ROUND_POLL_CAPS * poll_s
+    rounds_s = phase_rounds(workers, algorithm) * round_s
     share = (workers - 1) / workers
-    stages = []
+    stages: list[Stage] = []
     for bucket, forward_s, backward_s in zip(buckets, forward, backward, strict=True):
+        if replicated_first and not stages:
+            doubling = phase_rounds(workers, "recursive")
+            allreduce_s = doubling * (wire_bytes(bucket.params) / rate_bytes_per_s + round_s)
+            stages.append(Stage(forward_s, backward_s, allreduce_s, 0.0))
+            continue
         link_s = share * wire_bytes(bucket.params) / rate_bytes_per_s + rounds_s
         stages.append(Stage(forward_s, backward_s, link_s, link_s))
     return stages

@@ -15,6 +15,15 @@ evaluator rank stays out). Group rank w owns shard w of the flat parameter vecto
      the version advances, the streak is counted), as a parameter server does;
   3. an allgather of the updated shards: every rank holds theta_{t+1} and trains on it.
 
+With a replicated first bucket (``ShardPlan.replicated_first``, ``dist.replicate_first_bucket``)
+every rank holds bucket 0 whole: its gradient is summed by an allreduce in step 1, every rank
+applies the same Adam update to all of it in step 2, and step 3 has nothing to gather for it.
+The copies stay equal while every rank receives the same bits of the sum: MPICH's
+recursive doubling (``dist.collective_algorithm: recursive``) has both ranks of a pair add
+the same two partial sums, and a float sum of two does not depend on their order. An MPI
+that does otherwise is caught: each step's control vector also carries every rank's
+checksum of its copy, and copies that differ end the run with an error.
+
 While a rank waits in a collective its actor thread keeps simulating
 (``dba3c.training.worker``); waiting polls the requests with sleeps of at most
 ``dist.collective_poll_us`` (50 us, ``WAIT_MAX_SLEEP_S``;
@@ -29,6 +38,7 @@ from __future__ import annotations
 
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -43,7 +53,9 @@ from dba3c.learning.params import ShardPlan
 if TYPE_CHECKING:
     pass
 
-NONFINITE, STOP_REQUESTED = 0, 1  # slots of the control vector reduced with each gradient
+# slots of the control vector reduced with each gradient (the sum of the ranks' checksums of
+# a replicated bucket 0 is W times each one's while the copies are equal)
+NONFINITE, STOP_REQUESTED, CHECKSUM = 0, 1, 2
 WAIT_MAX_SLEEP_S = DistConfig().collective_poll_s  # the config's default poll cap, s
 IDLE_EVERY_S = 5e-4  # the idle work (the chief's bookkeeping, QUERY answers) runs this often
 
@@ -59,6 +71,14 @@ class Throttled:
         if now - self.last >= self.seconds:
             self.last = now
             self.fn()
+
+
+class Completed:
+    """The :class:`~dba3c.core.Request` of a transfer there was no need to make."""
+
+    def test(self) -> bool:
+        """Always complete."""
+        return True
 
 
 class Arriving:
@@ -116,8 +136,8 @@ class CollectiveClient:
         self._part = np.zeros(plan.sizes[group.rank], np.float32)
         self._in_shard = [slice(o, o + hi - lo) for o, (lo, hi) in
                           zip(plan.piece_offsets(group.rank), plan.pieces(group.rank))]
-        self._control = np.zeros(2, np.int64)
-        self._sent = np.zeros(2, np.int64)
+        self._control = np.zeros(3, np.int64)
+        self._sent = np.zeros(3, np.int64)
         self._lock = threading.Lock()
         self._in_flight: list[Request] = []  # this step's reduce-scatters, the allgathers
         self._next_bucket = self.num_buckets - 1
@@ -141,14 +161,24 @@ class CollectiveClient:
                 self._lock.release()
 
     def _allgathers(self) -> Arriving:
-        requests = []
+        requests: list[Request] = []
         with self._lock:
             for b, piece in enumerate(self._in_shard):
                 lo, hi = self.plan.bucket_bounds(b)
+                if b == 0 and self.plan.replicated_first:
+                    self.theta[lo:hi] = self.shard.theta_shard[piece]
+                    requests.append(Completed())
+                    continue
                 requests.append(self.group.iallgather(self.shard.theta_shard[piece],
                                                       self.theta[lo:hi], self.plan.counts(b)))
             self._in_flight += requests
         return Arriving(self, requests)
+
+    def _checksum(self) -> int:
+        """A checksum of this rank's copy of a replicated bucket 0 (0 without one)."""
+        if not self.plan.replicated_first:
+            return 0
+        return zlib.crc32(self.shard.theta_shard[self._in_shard[0]].tobytes())
 
     def gather(self, values: np.ndarray) -> np.ndarray:
         """Every rank's ``values`` (float64 [k]) as [ranks, k] (an allgather, waited for)."""
@@ -172,15 +202,19 @@ class CollectiveClient:
                                f"where bucket {self._next_bucket} at version "
                                f"{self.shard.version} was due: protocol violated")
         if bucket == self.num_buckets - 1:
-            self._sent[:] = (False, self.wants_stop())
+            self._sent[:] = (False, self.wants_stop(), self._checksum())
         self._sent[NONFINITE] |= not np.isfinite(grad_bucket).all()
         lo, hi = self.plan.bucket_bounds(bucket)
         if grad_bucket.shape != (hi - lo,):
             raise ValueError(f"bucket {bucket} has {hi - lo} parameters, got "
                              f"{grad_bucket.shape}")
+        part = self._part[self._in_shard[bucket]]
         with self._lock:
-            self._in_flight.append(self.group.ireduce_scatter(
-                grad_bucket, self._part[self._in_shard[bucket]], self.plan.counts(bucket)))
+            if bucket == 0 and self.plan.replicated_first:
+                self._in_flight.append(self.group.iallreduce(grad_bucket, part))
+            else:
+                self._in_flight.append(self.group.ireduce_scatter(
+                    grad_bucket, part, self.plan.counts(bucket)))
             if bucket == 0:
                 self._in_flight.append(self.group.iallreduce(self._sent, self._control))
         self._next_bucket = bucket - 1
@@ -188,13 +222,21 @@ class CollectiveClient:
     def finish(self) -> Arriving | None:
         """Wait for the reduce-scatters, apply Adam to this rank's shard (every shard skips
         the step when any gradient was not finite), start the allgathers of the new
-        parameters; None when the run is over for this rank."""
+        parameters; None when the run is over for this rank. Copies of a replicated bucket 0
+        that differ are a RuntimeError on the chief (the other ranks return None)."""
         if self._next_bucket != -1:
             raise RuntimeError(f"finish with bucket {self._next_bucket} not offered")
         self._next_bucket = self.num_buckets - 1
         self.wait(*self._in_flight)
         with self._lock:
             self._in_flight = []
+        if self._control[CHECKSUM] != self.group.size * self._sent[CHECKSUM]:
+            if not self.chief:  # the chief's error ends the job: one line, not W
+                return None
+            raise RuntimeError(
+                f"the ranks' copies of the first layer's parameters differ at step "
+                f"{self.shard.version} (dist.replicate_first_bucket: this MPI's allreduce "
+                f"gave the ranks different sums); run with dist.replicate_first_bucket=false")
         if self._control[NONFINITE]:
             self._part[:] = np.nan  # one poisoned gradient: every shard skips this step
         else:

@@ -37,10 +37,12 @@ def test_in_process_collectives_sum_and_gather_over_the_members_only():
 def test_recursive_collectives_set_mpichs_variables_unless_the_user_did():
     halving = "MPIR_CVAR_IREDUCE_SCATTER_INTRA_ALGORITHM"
     doubling = "MPIR_CVAR_IALLGATHERV_INTRA_ALGORITHM"
+    allreduce = "MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM"
     assert collective_environment("recursive", {"PATH": "/bin"}) == {
-        halving: "sched_recursive_halving", doubling: "sched_recursive_doubling"}
+        halving: "sched_recursive_halving", doubling: "sched_recursive_doubling",
+        allreduce: "sched_recursive_doubling"}
     assert collective_environment("recursive", {halving: "sched_pairwise"}) == {
-        doubling: "sched_recursive_doubling"}
+        doubling: "sched_recursive_doubling", allreduce: "sched_recursive_doubling"}
     assert collective_environment("mpi", {}) == {}
 
 

@@ -183,12 +183,25 @@ def test_shard_plan_pieces_by_hand():
     assert plan.shard_of(flat, 1).tolist() == [2, 3, 8, 9]
 
 
-def test_shard_plan_flat_chunks_put_the_shards_back_together():
+def test_shard_plan_with_bucket_0_replicated_by_hand():
+    # bucket [0, 5) whole in every shard; [5, 12) over 3 shards: 3, 2, 2
+    plan = ShardPlan(12, 3, (0, 5), replicated_first=True)
+    assert plan.counts(0) == [5, 5, 5] and plan.counts(1) == [3, 2, 2]
+    assert plan.pieces(0) == [(0, 5), (5, 8)]
+    assert plan.pieces(2) == [(0, 5), (10, 12)]
+    assert plan.sizes == [8, 7, 7]
+    flat = np.arange(12, dtype=np.float32)
+    assert plan.shard_of(flat, 1).tolist() == [0, 1, 2, 3, 4, 8, 9]
+
+
+@pytest.mark.parametrize("replicated_first", [False, True])
+def test_shard_plan_flat_chunks_put_the_shards_back_together(replicated_first):
     rng = np.random.default_rng(0)
     flat = rng.normal(size=101).astype(np.float32)
-    plan = ShardPlan(101, 7, (0, 3, 40, 41))  # one bucket shorter than the shard count
+    # one bucket shorter than the shard count
+    plan = ShardPlan(101, 7, (0, 3, 40, 41), replicated_first=replicated_first)
     shards = [plan.shard_of(flat, w) for w in range(7)]
-    assert sum(s.size for s in shards) == 101
+    assert sum(s.size for s in shards) == 101 + 6 * 3 * replicated_first
     np.testing.assert_array_equal(np.concatenate(plan.flat_chunks(shards)), flat)
 
 

@@ -129,6 +129,12 @@ def test_stages_share_t_c_by_flops_and_hold_the_link_for_bytes_and_rounds():
     # MPICH's algorithm: W - 1 = 3 rounds each
     [mpi] = overlap_stages((Bucket(1000, 1),), 4, 0.013, 1.25e9, "mpi", 50e-6)
     assert mpi.allgather_s == pytest.approx(link[0] + 70e-6)
+    # bucket 0 replicated: an allreduce of 2 rounds, each the whole bucket and a round's wait
+    first, second = overlap_stages((Bucket(1000, 2), Bucket(3000, 3)), 4, 0.013, 1.25e9,
+                                   "recursive", 50e-6, replicated_first=True)
+    allreduce = 2 * (4 * 1000 * 1514 / 1448 / 1.25e9 + 70e-6)
+    assert first == pytest.approx(Stage(0.002, 0.002, allreduce, 0.0))
+    assert second == stages[1]
 
 
 @pytest.mark.parametrize("point, host", [
@@ -237,3 +243,12 @@ def test_model_overlapped_collective_for_the_issue_points():
     # serial: 0.81, 0.84 at 10 Gb/s, 0.92, 0.96 at 100 Gb/s
     assert efficiency == pytest.approx({(10, 50e-6): 0.937, (10, 20e-6): 0.972,
                                         (100, 50e-6): 0.938, (100, 20e-6): 0.974}, abs=0.001)
+    # bucket 0 replicated: one allreduce of 6 rounds, each the whole 12.8 KB, and no allgather
+    replicated = {}
+    for gbit, s in ((10, 10), (100, 50)):
+        step = model_step_seconds(collective(64, link_gbit=gbit, overlap=True), n, tc, s,
+                                  buckets=buckets, replicated_first=True)
+        bucket_0 = 4 * 3200 * 1514 / 1448 / (gbit * 1e9 / 8)
+        assert step == pytest.approx(tc + 6 * (bucket_0 + 1.4 * 50e-6) + n / 64 * 10e-9 / s)
+        replicated[gbit] = tc / step
+    assert replicated == pytest.approx({10: 0.963, 100: 0.967}, abs=0.001)

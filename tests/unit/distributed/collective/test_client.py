@@ -1,8 +1,9 @@
 """The collective step (:class:`~dba3c.distributed.collective.client.CollectiveClient`) on the
 in-process transport: one rank equals the single-process store bit for bit; W ranks equal
 W workers + P parameter servers within float32 summation-order tolerance after 20 steps;
-buckets offered one by one equal the whole gradient, and out of order are refused; one
-rank's non-finite gradient makes every shard skip the same step."""
+buckets offered one by one equal the whole gradient, and out of order are refused; a
+replicated first bucket equals a cut one bit for bit, and copies of it that differ end the
+run; one rank's non-finite gradient makes every shard skip the same step."""
 
 from __future__ import annotations
 
@@ -35,12 +36,14 @@ def rank_client(transport, plan: ShardPlan, cfg) -> CollectiveClient:
                             wants_stop=lambda: False)
 
 
-def collective_world(cfg, num_ranks: int, gradient, buckets=(0,), staged=False) -> list[list]:
+def collective_world(cfg, num_ranks: int, gradient, buckets=(0,), staged=False,
+                     replicated_first=False) -> list[list]:
     """``num_ranks`` training ranks as threads, each pushing ``gradient(group_rank, version)``
-    until ``train.max_steps`` (the vector cut into ``buckets``, :class:`ShardPlan`; ``staged``:
-    offered bucket by bucket, the new parameters waited for bucket by bucket, as
-    ``Worker.train_staged`` does); every rank's received Params and its final shard."""
-    plan = ShardPlan(N, num_ranks, buckets)
+    until ``train.max_steps`` (the vector cut into ``buckets``, :class:`ShardPlan`, bucket 0
+    whole in every shard with ``replicated_first``; ``staged``: offered bucket by bucket, the
+    new parameters waited for bucket by bucket, as ``Worker.train_staged`` does); every rank's
+    received Params and its final shard."""
+    plan = ShardPlan(N, num_ranks, buckets, replicated_first)
 
     def staged_push(client, version: int, grad: np.ndarray):
         for b in reversed(range(plan.num_buckets)):
@@ -131,6 +134,64 @@ def test_buckets_offered_one_by_one_give_what_the_whole_gradient_gives_bit_for_b
             assert np.array_equal(a.theta.view(np.uint32), b.theta.view(np.uint32))
             assert a.nonfinite_streak == b.nonfinite_streak
         assert np.array_equal(got_shard.opt_state.v_shard, want_shard.opt_state.v_shard)
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_a_replicated_first_bucket_gives_what_a_cut_one_gives_bit_for_bit(staged):
+    # the in-process sums add in rank order either way, so the two steps round alike: the
+    # allreduce's sum of bucket 0 is the reduce-scatter's, and Adam is elementwise
+    cfg = make_cfg(workers=3, ps=1, max_steps=STEPS)
+    buckets = (0, 4, 7)  # bucket 0 longer than the 3 shards, so a cut one is cut
+
+    def gradient(rank, version):  # with a poisoned step, in bucket 0 only
+        g = grad_of(rank, version)
+        g[0] *= np.nan if version == 5 else 1
+        return g
+
+    cut = collective_world(cfg, 3, gradient, buckets, staged)
+    replicated = collective_world(cfg, 3, gradient, buckets, staged, replicated_first=True)
+    plan = ShardPlan(N, 3, buckets, replicated_first=True)
+    for (got, _), (want, _) in zip(replicated, cut):
+        assert [p.version for p in got] == list(range(STEPS + 1))
+        assert [p.nonfinite_streak for p in got] == [p.nonfinite_streak for p in want]
+        for a, b in zip(got, want):
+            assert np.array_equal(a.theta.view(np.uint32), b.theta.view(np.uint32))
+    shards = [shard for _, shard in replicated]
+    assert [shard.theta_shard.size for shard in shards] == plan.sizes == [4 + 1 + 2, 6, 6]
+    for state in ("m_shard", "v_shard"):
+        flat_cut = np.concatenate(ShardPlan(N, 3, buckets).flat_chunks(
+            [getattr(shard.opt_state, state) for _, shard in cut]))
+        flat = np.concatenate(plan.flat_chunks([getattr(s.opt_state, state) for s in shards]))
+        assert np.array_equal(flat, flat_cut)
+        copies = [getattr(s.opt_state, state)[:4] for s in shards]  # bucket 0, every rank
+        assert all(np.array_equal(c, flat_cut[:4]) for c in copies)
+
+
+def test_copies_of_a_replicated_first_bucket_that_differ_end_the_run_on_the_chief():
+    cfg = make_cfg(workers=3, ps=1, max_steps=STEPS)
+    plan = ShardPlan(N, 3, (0, 5), replicated_first=True)
+
+    def rank_loop(transport):
+        client = rank_client(transport, plan, cfg)
+        client.pull()
+        for version in range(2):
+            if version == 1 and client.group.rank == 2:
+                client.shard.theta_shard[3] += 1e-7  # one copy drifts by a rounding
+            for b in (1, 0):
+                lo, hi = plan.bucket_bounds(b)
+                client.offer(version, b, grad_of(client.group.rank, version)[lo:hi])
+            if version == 0:
+                arriving = client.finish()
+                assert arriving is not None
+                arriving.params()
+            elif client.chief:
+                with pytest.raises(RuntimeError, match="copies of the first layer's parameters "
+                                   "differ at step 1 .*replicate_first_bucket=false"):
+                    client.finish()
+            else:
+                assert client.finish() is None
+
+    run_threads(rank_loop, 3)
 
 
 def test_buckets_out_of_order_are_refused_as_a_protocol_violation():
