@@ -269,10 +269,10 @@ def scaling_tables(rows: list[dict]) -> dict[str, Table]:
 
 
 def scale_mode(point: dict) -> str:
-    """How a scale point aggregates: ``P=4`` (parameter servers), ``collective`` or
+    """How a scale point aggregates: ``P=4`` (parameter servers), ``collective, serial`` or
     ``collective, overlapped``."""
     if point.get("aggregation") == "collective":
-        return "collective, overlapped" if point.get("overlap") else "collective"
+        return "collective, overlapped" if point.get("overlap") else "collective, serial"
     return f"P={point['ps']}"
 
 
@@ -367,16 +367,24 @@ def _draw_curves(table: Table, spec: _Curve) -> Figure:
 
 
 def _draw_scaling(table: Table, spec: _Scaling) -> Figure:
-    """Measured points joined by lines, one colour per series, the ideal line dotted;
-    log-log axes when there is an ideal line."""
+    """Measured points joined by lines, one colour per series, the ideal line dotted:
+    log-log axes when there is an ideal line; one black line over every x when each series'
+    ideal is the same constant (efficiency: E = 1), with a linear y axis from 0."""
     figure, axes = _axes(spec.title, spec.xlabel, spec.ylabel)
+    constant = spec.ideal is not None and len({row["ideal_linear"] for row in table}) == 1
     for index, (series, rows) in enumerate(_groups(table, "series").items()):
         xs, colour = _column(rows, spec.x), f"C{index % 10}"
         axes.plot(xs, _column(rows, spec.y), "o-", color=colour, label=series or "measured")
-        if spec.ideal:
+        if spec.ideal and not constant:
             axes.plot(xs, _column(rows, "ideal_linear"), ":", color=colour,
                       label=f"ideal linear ({series})" if series else "ideal linear")
-    if spec.ideal:
+    if constant:
+        xs = sorted({row[spec.x] for row in table})
+        axes.plot(xs, [table[0]["ideal_linear"]] * len(xs), ":", color="black",
+                  label="ideal linear")
+        axes.set_xscale("log", base=2)
+        axes.set_ylim(0, 1.05 * max(table[0]["ideal_linear"], *_column(table, spec.y)))
+    elif spec.ideal:
         axes.set_xscale("log", base=2)
         axes.set_yscale("log")
         axes.yaxis.set_major_formatter(LogFormatter())  # plain numbers, not 6x10^1

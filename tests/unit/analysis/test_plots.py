@@ -384,7 +384,15 @@ def test_several_scale_results_are_drawn_together_both_modes_in_one_efficiency_f
                     ("10 Gb/s, collective, overlapped", 4, (0.625 + 1.0) / 2, 2),
                     ("10 Gb/s, collective, overlapped", 8, 0.5, 1)]
     assert plots.scale_mode({"aggregation": "collective", "overlap": False, "ps": 0}) == (
-        "collective")
+        "collective, serial")
+    # one ideal line (E = 1) over every series' W, on a linear efficiency axis from 0
+    table = plots.scale_tables({"points": ps_run + first + second})
+    figure = plots.draw_figure("scale_efficiency_vs_workers", table["scale_efficiency_vs_workers"])
+    lines = lines_by_label(figure)
+    assert set(lines) == {"10 Gb/s, P=1", "10 Gb/s, collective, overlapped", "ideal linear"}
+    assert list(lines["ideal linear"].get_xdata()) == [1, 2, 4, 8]
+    assert list(lines["ideal linear"].get_ydata()) == [1.0] * 4
+    assert figure.axes[0].get_yscale() == "linear" and figure.axes[0].get_ylim()[0] == 0
 
 
 def test_a_json_file_that_is_not_scale_results_is_refused(tmp_path):
