@@ -7,24 +7,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 
-w64=(--scale --aggregation collective --workers 64 dist.overlap_cost=0)
+extra=("$@")   # passed on to every run
+w64() {
+    dba3c bench --scale --aggregation collective --workers 64 dist.overlap_cost=0 "$@" \
+        ${extra[@]+"${extra[@]}"}
+}
 for run in 1 2 3; do
     for replicated in true false; do
-        dba3c bench "${w64[@]}" --links 10 --hidden 128 --time-scale 200 \
-            "dist.replicate_first_bucket=$replicated" \
-            --out "bench/first_bucket/$replicated-$run/scale.json" "$@"
+        w64 --links 10 --hidden 128 --time-scale 200 "dist.replicate_first_bucket=$replicated" \
+            --out "bench/first_bucket/$replicated-$run/scale.json"
     done
 done
-for run in 1 2 3; do
-    dba3c bench "${w64[@]}" --links 10 --hidden 512 --time-scale 200 \
-        --out "bench/first_bucket/fc512-$run/scale.json" "$@"
-    dba3c bench "${w64[@]}" --links 100 --hidden 128 --time-scale 100 \
-        --out "bench/first_bucket/100gbit-$run/scale.json" "$@"
-done
-# a larger time scale: half the emulating host's share of a step
-for run in 1 2 3; do
-    dba3c bench "${w64[@]}" --links 10 --hidden 128 --time-scale 400 \
-        --out "bench/first_bucket/s400-$run/scale.json" "$@"
-    dba3c bench "${w64[@]}" --links 10 --hidden 512 --time-scale 800 \
-        --out "bench/first_bucket/fc512-s800-$run/scale.json" "$@"
+# replicated (the default); the last two at twice the time scale: half the host's share
+for point in "10 512 200 fc512" "100 128 100 100gbit" "10 128 400 s400" "10 512 800 fc512-s800"; do
+    read -r link hidden scale name <<< "$point"
+    for run in 1 2 3; do
+        w64 --links "$link" --hidden "$hidden" --time-scale "$scale" \
+            --out "bench/first_bucket/$name-$run/scale.json"
+    done
 done
