@@ -378,14 +378,14 @@ def _draw_scaling(table: Table, spec: _Scaling) -> Figure:
         if spec.ideal and not constant:
             axes.plot(xs, _column(rows, "ideal_linear"), ":", color=colour,
                       label=f"ideal linear ({series})" if series else "ideal linear")
+    if spec.ideal:
+        axes.set_xscale("log", base=2)
     if constant:
         xs = sorted({row[spec.x] for row in table})
         axes.plot(xs, [table[0]["ideal_linear"]] * len(xs), ":", color="black",
                   label="ideal linear")
-        axes.set_xscale("log", base=2)
         axes.set_ylim(0, 1.05 * max(table[0]["ideal_linear"], *_column(table, spec.y)))
     elif spec.ideal:
-        axes.set_xscale("log", base=2)
         axes.set_yscale("log")
         axes.yaxis.set_major_formatter(LogFormatter())  # plain numbers, not 6x10^1
         axes.yaxis.set_minor_formatter(LogFormatter())

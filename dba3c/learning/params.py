@@ -134,10 +134,14 @@ class ShardPlan:
         ends = (*self.bucket_starts[1:], self.num_params)
         return self.bucket_starts[bucket], ends[bucket]
 
+    def replicated(self, bucket: int) -> bool:
+        """Whether every shard holds ``bucket`` whole (bucket 0 with ``replicated_first``)."""
+        return bucket == 0 and self.replicated_first
+
     def counts(self, bucket: int) -> list[int]:
         """Every shard's piece length of ``bucket``, in shard order."""
         lo, hi = self.bucket_bounds(bucket)
-        if bucket == 0 and self.replicated_first:
+        if self.replicated(bucket):
             return [hi - lo] * self.num_shards
         return near_equal_counts(hi - lo, self.num_shards)
 
@@ -148,7 +152,7 @@ class ShardPlan:
         for b in range(self.num_buckets):
             counts = self.counts(b)
             lo = self.bucket_bounds(b)[0]
-            if not (b == 0 and self.replicated_first):
+            if not self.replicated(b):
                 lo += sum(counts[:shard])
             out.append((lo, lo + counts[shard]))
         return out
@@ -171,4 +175,4 @@ class ShardPlan:
         the flat vector whose shards these are (a replicated bucket 0 from shard 0)."""
         cut = [np.split(s, self.piece_offsets(w)[1:]) for w, s in enumerate(shards)]
         return [cut[w][b] for b in range(self.num_buckets) for w in range(self.num_shards)
-                if not (b == 0 and self.replicated_first and w > 0)]
+                if w == 0 or not self.replicated(b)]

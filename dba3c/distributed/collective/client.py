@@ -165,7 +165,7 @@ class CollectiveClient:
         with self._lock:
             for b, piece in enumerate(self._in_shard):
                 lo, hi = self.plan.bucket_bounds(b)
-                if b == 0 and self.plan.replicated_first:
+                if self.plan.replicated(b):
                     self.theta[lo:hi] = self.shard.theta_shard[piece]
                     requests.append(Completed())
                     continue
@@ -176,7 +176,7 @@ class CollectiveClient:
 
     def _checksum(self) -> int:
         """A checksum of this rank's copy of a replicated bucket 0 (0 without one)."""
-        if not self.plan.replicated_first:
+        if not self.plan.replicated(0):
             return 0
         return zlib.crc32(self.shard.theta_shard[self._in_shard[0]].tobytes())
 
@@ -210,7 +210,7 @@ class CollectiveClient:
                              f"{grad_bucket.shape}")
         part = self._part[self._in_shard[bucket]]
         with self._lock:
-            if bucket == 0 and self.plan.replicated_first:
+            if self.plan.replicated(bucket):
                 self._in_flight.append(self.group.iallreduce(grad_bucket, part))
             else:
                 self._in_flight.append(self.group.ireduce_scatter(
