@@ -19,6 +19,12 @@ with the timer slack of a dba3c rank (:func:`~dba3c.distributed.transport.precis
 It prints a Markdown table (the figures in docs/benchmarks.md) and one JSON object per point,
 with the machine's 1-minute load average when the point started (on a shared machine a
 rank that spins gets only its share of a core: read the CPU figures beside the load).
+
+``--algorithm`` picks the collectives' rounds as ``dist.collective_algorithm`` does (``mpi``,
+MPICH's own, by default). On the emulated cluster (``DBA3C_MPIEXEC_ARGS``: one rank per node)
+``--link-mbit`` names the links' rate, and each point also gives its link share: the bytes a
+rank's reduce-scatter and allgather put on its link (2 (W - 1)/W vectors, TCP/IP headers
+included) over what the link carries in step_ms, 1.0 when the link never idles.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import time
 
 import numpy as np
 
+from dba3c.benchmarks.scale.model import wire_bytes
 from dba3c.distributed.transport import (
     TIMER_SLACK_NS,
     MpiRequest,
@@ -66,9 +73,9 @@ def wait_policy(strategy: str) -> WaitSleeps | None:
 
 
 def measure(strategy: str, num_params: int, rounds: int, late_s: float,
-            slack_ns: int = TIMER_SLACK_NS) -> dict | None:
+            slack_ns: int = TIMER_SLACK_NS, algorithm: str = "mpi") -> dict | None:
     """This rank's part of one point; rank 0 returns the point's figures (others None)."""
-    t = MpiTransport("mpi")  # MPICH's own algorithms, as when these figures were first taken
+    t = MpiTransport(algorithm)
     precise_sleeps(slack_ns)
     group = t.split(True)
     assert group is not None, "every rank is a member"
@@ -113,11 +120,20 @@ def measure(strategy: str, num_params: int, rounds: int, late_s: float,
     return {"ranks": group.size, "strategy": strategy, "params": num_params,
             "step_ms": round(1000 * float(every[0]), 3),
             "wait_cpu": round(float(np.mean(waiting)), 3), "late_ms": 1000 * late_s,
-            "timer_slack_ns": slack_ns}
+            "timer_slack_ns": slack_ns, "algorithm": algorithm}
+
+
+def link_share(ranks: int, num_params: int, step_ms: float, link_mbit: float) -> float:
+    """The share of a link of ``link_mbit`` Mbit/s that one rank's reduce-scatter and
+    allgather of ``num_params`` float32 among ``ranks`` kept busy in ``step_ms``: their
+    2 (W - 1)/W vectors of :func:`~dba3c.benchmarks.scale.model.wire_bytes` over the
+    link's bytes in that time."""
+    sent = 2 * (ranks - 1) / ranks * wire_bytes(num_params)
+    return sent / (link_mbit * 1e6 / 8 * step_ms / 1000)
 
 
 def run_point(ranks: int, strategy: str, num_params: int, rounds: int, late_ms: float,
-              slack_ns: int = TIMER_SLACK_NS) -> dict:
+              slack_ns: int = TIMER_SLACK_NS, algorithm: str = "mpi") -> dict:
     """One point: ``mpiexec -n RANKS`` of this module (with ``DBA3C_MPIEXEC_ARGS`` as
     ``dba3c launch`` takes them, e.g. the emulated cluster's hosts); the figures rank 0
     printed."""
@@ -125,7 +141,7 @@ def run_point(ranks: int, strategy: str, num_params: int, rounds: int, late_ms: 
     cmd = [find_mpiexec(), *extra, "-n", str(ranks), sys.executable, "-m",
            "dba3c.benchmarks.waiting", "--rank-of-point", strategy, "--params",
            str(num_params), "--rounds", str(rounds), "--late-ms", str(late_ms),
-           "--timer-slack-ns", str(slack_ns)]
+           "--timer-slack-ns", str(slack_ns), "--algorithm", algorithm]
     env = dict(os.environ, MPIR_CVAR_CH4_CMA_ENABLE="1")  # as `dba3c launch` sets it
     load = os.getloadavg()[0]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True,
@@ -136,13 +152,17 @@ def run_point(ranks: int, strategy: str, num_params: int, rounds: int, late_ms: 
 def waiting_table(points: list[dict]) -> str:
     """The Markdown table of the points: per W, the strategies side by side."""
     strategies = list(dict.fromkeys(p["strategy"] for p in points))
+    shares = all("link_share" in p for p in points)
     lines = ["| ranks | " + " | ".join(f"step ms, {s}" for s in strategies) + " | "
+             + "".join(f"link share, {s} | " for s in strategies if shares)
              + " | ".join(f"waiting CPU, {s}" for s in strategies) + " | load |",
-             "|---|" + "---|" * (2 * len(strategies) + 1)]
+             "|---|" + "---|" * ((3 if shares else 2) * len(strategies) + 1)]
     for w in sorted({p["ranks"] for p in points}):
         by = {p["strategy"]: p for p in points if p["ranks"] == w}
         lines.append(f"| {w} | " + " | ".join(f"{by[s]['step_ms']:.2f}" for s in strategies)
-                     + " | " + " | ".join(f"{by[s]['wait_cpu']:.2f}" for s in strategies)
+                     + " | " + "".join(f"{by[s]['link_share']:.2f} | " for s in strategies
+                                       if shares)
+                     + " | ".join(f"{by[s]['wait_cpu']:.2f}" for s in strategies)
                      + " | " + " / ".join(f"{by[s]['load']:g}" for s in strategies) + " |")
     return "\n".join(lines)
 
@@ -160,11 +180,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--late-ms", type=float, default=20.0, help="rank 0's delay per round")
     p.add_argument("--timer-slack-ns", type=int, default=TIMER_SLACK_NS,
                    help="the ranks' timer slack (Linux's default: 50000)")
+    p.add_argument("--algorithm", choices=("mpi", "recursive"), default="mpi",
+                   help="the collectives' rounds, as dist.collective_algorithm")
+    p.add_argument("--link-mbit", type=float, default=0.0,
+                   help="the emulated links' rate, Mbit/s: each point's link share")
     p.add_argument("--rank-of-point", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.rank_of_point:  # one rank under mpiexec
         point = measure(args.rank_of_point, args.params, args.rounds, args.late_ms / 1000,
-                        args.timer_slack_ns)
+                        args.timer_slack_ns, args.algorithm)
         if point is not None:
             print(json.dumps(point), flush=True)
         return 0
@@ -177,8 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     points = []
     for ranks in (int(x) for x in args.ranks.split(",")):
         for strategy in strategies:
-            points.append(run_point(ranks, strategy, args.params, args.rounds, args.late_ms,
-                                    args.timer_slack_ns))
+            point = run_point(ranks, strategy, args.params, args.rounds, args.late_ms,
+                              args.timer_slack_ns, args.algorithm)
+            if args.link_mbit:
+                point.update(link_mbit=args.link_mbit, link_share=round(link_share(
+                    ranks, args.params, point["step_ms"], args.link_mbit), 3))
+            points.append(point)
             print(json.dumps(points[-1]), file=sys.stderr, flush=True)
     print(waiting_table(points))
     return 0
