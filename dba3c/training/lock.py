@@ -22,6 +22,11 @@ Whether a new run may take the lock:
   ends, that host's flock stays: the new run replaces the lock file by one it holds. Any
   other holder (a live process here, a running job, a host without a job id) is left alone
   and the new run is refused.
+
+Two runs that find the same run over at once must not both replace its lock file: each
+replaces it only while holding the flock of a second file, ``RUN_DIR/.run.lock.takeover``
+(never removed, so that both always flock the same file), and a run that finds it held is
+refused.
 """
 
 from __future__ import annotations
@@ -175,7 +180,18 @@ class RunLock:
 
     def _replace(self, stale: int, me: Holder) -> int | None:
         """Put a new lock file, flocked and recording ``me``, in place of the one whose
-        flock a run that is over keeps (``stale``); None if another run did it first."""
+        flock a run that is over keeps (``stale``), holding the takeover file's flock
+        from the check to the replacement; None if another run did it first."""
+        guard = os.open(self.run_dir.takeover_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if not self._try_flock(guard):
+                raise UserError(f"{self.run_dir.path} is being taken over by another run "
+                                f"right now; wait for it to end or use another run.dir")
+            return self._replace_guarded(stale, me)
+        finally:
+            os.close(guard)
+
+    def _replace_guarded(self, stale: int, me: Holder) -> int | None:
         tmp = self.path.with_name(f".{self.path.name}.tmp-{me.pid}")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:

@@ -50,6 +50,7 @@ SUMMARY = "summary.json"
 TENSORBOARD = "tb"
 CHECKPOINTS = "checkpoints"
 LOCK = "run.lock"
+TAKEOVER = ".run.lock.takeover"  # held while a run replaces a lock kept by a run that is over
 SWEEP_LOG = "sweep.log"
 SWEEP_CSV = "sweep.csv"
 SUBMITIT = "submitit"
@@ -61,8 +62,9 @@ class RunDir:
     """The files of one run directory; nothing is read or created until asked.
 
     Attributes: ``path`` the directory; ``config_path``, ``metrics_path``, ``evals_path``,
-    ``summary_path``, ``tensorboard_dir``, ``checkpoints_dir``, ``lock_path`` and
-    ``sweep_log_path`` (the run's output when a local sweep ran it) the paths in it.
+    ``summary_path``, ``tensorboard_dir``, ``checkpoints_dir``, ``lock_path``,
+    ``takeover_path`` and ``sweep_log_path`` (the run's output when a local sweep ran it)
+    the paths in it.
     """
 
     def __init__(self, path: str | Path):
@@ -74,6 +76,7 @@ class RunDir:
         self.tensorboard_dir = self.path / TENSORBOARD
         self.checkpoints_dir = self.path / CHECKPOINTS
         self.lock_path = self.path / LOCK
+        self.takeover_path = self.path / TAKEOVER
         self.sweep_log_path = self.path / SWEEP_LOG
 
     def is_run(self) -> bool:

@@ -1,7 +1,8 @@
 """dba3c.training.lock: one run per run directory. A free directory is taken and its holder
 recorded; a held one refused naming the holder; a run that is over (its record left behind,
-its process gone, its Slurm job ended or requeued) taken over with one line. Records are
-written by hand here, the flock of another run held through a descriptor of the test's."""
+its process gone, its Slurm job ended or requeued) taken over with one line, by one of two
+runs that find it over at once. Records are written by hand here, the flock of another run
+held through a descriptor of the test's."""
 
 from __future__ import annotations
 
@@ -111,7 +112,33 @@ def test_a_flock_kept_by_a_run_that_is_over_is_taken_over(tmp_path, capsys, hold
     assert line == (f"taking over {run} from the run of pid {pid} on host {old['host']}"
                     f"{', Slurm job ' + old['job'] if old['job'] else ''}, started "
                     f"{old['started']}: {why.format(pid=pid)}\n")
-    assert [p.name for p in run.iterdir()] == []
+    assert [p.name for p in run.iterdir()] == [".run.lock.takeover"]  # kept, empty
+
+
+def test_two_runs_taking_over_at_once_do_not_both_take_the_lock(tmp_path, monkeypatch):
+    """The second run enters while the first is between finding the lock file still the
+    stale one and replacing it: it is refused, and only the first holds the directory."""
+    run = tmp_path / "run"
+    record(run, pid=dead_pid())
+    stale = hold_flock(run)
+    real_replace, refused = os.replace, []
+
+    def replace_late(src, dst):
+        with pytest.raises(UserError) as second:
+            RunLock(run, None).__enter__()
+        refused.append(str(second.value))
+        real_replace(src, dst)
+
+    monkeypatch.setattr("dba3c.training.lock.os.replace", replace_late)
+    try:
+        with RunLock(run, None) as first:
+            assert json.loads(first.path.read_text())["pid"] == os.getpid()
+            assert os.fstat(stale).st_ino != os.stat(first.path).st_ino
+    finally:
+        os.close(stale)
+    assert refused == [f"{run} is being taken over by another run right now; wait for it to "
+                       f"end or use another run.dir"]
+    assert not (run / "run.lock").exists()
 
 
 @pytest.mark.parametrize("holder,running,hint", [
