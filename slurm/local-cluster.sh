@@ -154,7 +154,7 @@ wait_for() {  # wait_for SECONDS CMD...: poll CMD every 0.2 s until it succeeds
     done
 }
 
-controller_up() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
+controller_up() { scontrol ping 2>/dev/null | grep 'is UP' >/dev/null; }
 node_states() { sinfo -h -N -o '%N %t' 2>/dev/null | sort -u; }
 nodes_idle() {  # every node of the layout idle (or running jobs)
     local states name st bad=0 k
@@ -185,7 +185,7 @@ nodes_ready() { nodes_idle && slurmds_registered_since "$1"; }
 install_packages() {
     local pkgs=(slurmctld slurmd slurm-client munge) missing=() p
     for p in "${pkgs[@]}"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep 'ok installed' >/dev/null || missing+=("$p")
     done
     ((${#missing[@]} == 0)) && return 0
     ((EUID == 0)) || die "Slurm packages missing (${missing[*]}); run as root to install them" 2
@@ -316,7 +316,7 @@ shape() {  # shape RATE DEV [NETNS]: rate-limit DEV's egress with htb at RATE
     [[ -n $ns ]] && tc_=(ip netns exec "$ns" tc)
     burst=$(($(rate_bytes "$rate") / 1000))  # 1 ms at the rate: htb's own default is
     ((burst >= 16000)) || burst=16000          # too small for 10gbit at HZ=250
-    "${tc_[@]}" qdisc show dev "$dev" | grep -q '^qdisc htb 1: root' \
+    "${tc_[@]}" qdisc show dev "$dev" | grep '^qdisc htb 1: root' >/dev/null \
         || "${tc_[@]}" qdisc add dev "$dev" root handle 1: htb default 1
     "${tc_[@]}" class replace dev "$dev" parent 1: classid 1:1 htb rate "$rate" ceil "$rate" \
         burst "$burst" cburst "$burst" quantum 60000

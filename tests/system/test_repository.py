@@ -1,6 +1,7 @@
 """The repository's own rules, checked on its files: lint and types see every tracked Python
 file, the package has no import circle, the tests keep their layout, README's config key
-table is the schema's, and nothing cites a file outside the repository."""
+table is the schema's, nothing cites a file outside the repository, and no shell script
+under pipefail pipes into a quiet grep."""
 
 import ast
 import re
@@ -118,6 +119,17 @@ def test_no_file_cites_what_is_outside_the_repository(pattern):
     citing = sorted(str(p.relative_to(ROOT)) for p in files
                     if p.name != "test_repository.py" and re.search(pattern, p.read_text()))
     assert not citing, f"{pattern} in {citing}"
+
+
+def test_no_shell_script_under_pipefail_pipes_into_a_quiet_grep():
+    # `cmd | grep -q X` fails under pipefail whenever grep exits on the first match before
+    # cmd has written the rest (cmd gets SIGPIPE): the test is then false though X is there
+    quiet = re.compile(r"\|\s*grep\s+(-\w*q\w*|--quiet|--silent)\b")
+    bad = sorted(f"{p.relative_to(ROOT)}:{n}" for p in tracked("*.sh")
+                 if "pipefail" in p.read_text()
+                 for n, line in enumerate(p.read_text().splitlines(), 1)
+                 if quiet.search(line))
+    assert not bad, f"`| grep -q` under pipefail (use `| grep X >/dev/null`): {bad}"
 
 
 def test_no_two_tests_share_a_name():
