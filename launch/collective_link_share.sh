@@ -19,6 +19,7 @@ for nodes in 8 16; do
         python -m dba3c.benchmarks.waiting --ranks "$nodes" --params "$params" --rounds 5 \
             --algorithm recursive --link-mbit 25 \
             --strategies block,quick-20000us,poll-80000us \
-            > "bench/collective_link_share/w$nodes-$params.md"
+            > "bench/collective_link_share/w$nodes-$params.md" \
+            2> >(tee "bench/collective_link_share/w$nodes-$params.jsonl" >&2)  # a point a line
     done
 done
