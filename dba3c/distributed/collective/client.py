@@ -47,7 +47,7 @@ import numpy as np
 from dba3c.config import DistConfig, TrainConfig
 from dba3c.core import Collectives, Params, Request
 from dba3c.distributed.shard import ShardServer
-from dba3c.distributed.transport import collective_wait, wait_until
+from dba3c.distributed.transport import Completed, collective_wait, wait_until
 from dba3c.learning.params import ShardPlan
 
 if TYPE_CHECKING:
@@ -71,14 +71,6 @@ class Throttled:
         if now - self.last >= self.seconds:
             self.last = now
             self.fn()
-
-
-class Completed:
-    """The :class:`~dba3c.core.Request` of a transfer there was no need to make."""
-
-    def test(self) -> bool:
-        """Always complete."""
-        return True
 
 
 class Arriving:
