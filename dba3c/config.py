@@ -55,6 +55,9 @@ def _between(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = Fal
     return check
 
 
+COLLECTIVE_ALGORITHMS = ("recursive", "mpi")  # dist.collective_algorithm's values
+
+
 def _one_of(*choices: str) -> Check:
     """A check that a string is one of ``choices``."""
     return lambda x: None if x in choices else "one of " + ", ".join(choices)
@@ -225,7 +228,7 @@ class DistConfig:
                                "fraction of its compute (the staged step; docs/decisions.md, "
                                "\"staged step cost\": python -m dba3c.benchmarks.real_ranks "
                                "measures a node's own); synthetic ranks charge it too")
-    collective_algorithm: str = _opt("recursive", _one_of("recursive", "mpi"),
+    collective_algorithm: str = _opt("recursive", _one_of(*COLLECTIVE_ALGORITHMS),
                                       "recursive: reduce-scatter by recursive halving and "
                                       "allgather by recursive doubling, log2 W rounds each "
                                       "(MPICH; set before MPI starts); mpi: the MPI library's "

@@ -41,6 +41,7 @@ import time
 import numpy as np
 
 from dba3c.benchmarks.scale.model import wire_bytes
+from dba3c.config import COLLECTIVE_ALGORITHMS
 from dba3c.distributed.transport import (
     TIMER_SLACK_NS,
     MpiRequest,
@@ -152,18 +153,16 @@ def run_point(ranks: int, strategy: str, num_params: int, rounds: int, late_ms: 
 def waiting_table(points: list[dict]) -> str:
     """The Markdown table of the points: per W, the strategies side by side."""
     strategies = list(dict.fromkeys(p["strategy"] for p in points))
-    shares = all("link_share" in p for p in points)
-    lines = ["| ranks | " + " | ".join(f"step ms, {s}" for s in strategies) + " | "
-             + "".join(f"link share, {s} | " for s in strategies if shares)
-             + " | ".join(f"waiting CPU, {s}" for s in strategies) + " | load |",
-             "|---|" + "---|" * ((3 if shares else 2) * len(strategies) + 1)]
+    columns = [("step ms", "step_ms"), ("link share", "link_share"),
+               ("waiting CPU", "wait_cpu")]
+    columns = [(name, key) for name, key in columns if all(key in p for p in points)]
+    cells = [(name, key, s) for name, key in columns for s in strategies]
+    lines = ["| ranks | " + "".join(f"{name}, {s} | " for name, _, s in cells) + "load |",
+             "|---|" + "---|" * (len(cells) + 1)]
     for w in sorted({p["ranks"] for p in points}):
         by = {p["strategy"]: p for p in points if p["ranks"] == w}
-        lines.append(f"| {w} | " + " | ".join(f"{by[s]['step_ms']:.2f}" for s in strategies)
-                     + " | " + "".join(f"{by[s]['link_share']:.2f} | " for s in strategies
-                                       if shares)
-                     + " | ".join(f"{by[s]['wait_cpu']:.2f}" for s in strategies)
-                     + " | " + " / ".join(f"{by[s]['load']:g}" for s in strategies) + " |")
+        lines.append(f"| {w} | " + "".join(f"{by[s][key]:.2f} | " for _, key, s in cells)
+                     + " / ".join(f"{by[s]['load']:g}" for s in strategies) + " |")
     return "\n".join(lines)
 
 
@@ -180,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--late-ms", type=float, default=20.0, help="rank 0's delay per round")
     p.add_argument("--timer-slack-ns", type=int, default=TIMER_SLACK_NS,
                    help="the ranks' timer slack (Linux's default: 50000)")
-    p.add_argument("--algorithm", choices=("mpi", "recursive"), default="mpi",
+    p.add_argument("--algorithm", choices=COLLECTIVE_ALGORITHMS, default="mpi",
                    help="the collectives' rounds, as dist.collective_algorithm")
     p.add_argument("--link-mbit", type=float, default=0.0,
                    help="the emulated links' rate, Mbit/s: each point's link share")
