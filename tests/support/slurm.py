@@ -10,6 +10,15 @@ import time
 from tests.support import ROOT, read_jsonl
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+EMULATED_NODE = re.compile(r"node\d+")
+
+
+def assert_one_rank_per_node(hosts: list[str], ranks: int) -> None:
+    """``hosts`` (rank order) puts ``ranks`` ranks on as many distinct emulated nodes. Which
+    nodes Slurm picks is its own choice (a node still completing the last job is passed
+    over), so only the spread is asserted, never the names."""
+    assert len(hosts) == ranks and len(set(hosts)) == ranks, hosts
+    assert all(EMULATED_NODE.fullmatch(h) for h in hosts), hosts
 
 
 def sbatch(*args) -> str:
