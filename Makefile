@@ -16,8 +16,15 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-run: $(STAMP)  ## short single-node Breakout training run with a live progress display
+# A single-node Breakout run with a live display (4 minutes of training, then the final
+# evaluation), its curves, and a video of one greedy game (capped at 4500 frames).
+run: $(STAMP)
 	$(BIN)/dba3c train configs/breakout.yaml run.dir=$(RUN_DIR) $(RUN_ARGS)
+	$(BIN)/dba3c plot $(RUN_DIR) --out $(RUN_DIR)/plots
+	$(BIN)/dba3c evaluate $(RUN_DIR) --episodes 1 --video $(RUN_DIR)/game.mp4 \
+		eval.max_frames=4500 >$(RUN_DIR)/game.json
+	@echo "make run: curves in $(RUN_DIR)/plots, one greedy game in $(RUN_DIR)/game.mp4" \
+		"(its score in $(RUN_DIR)/game.json); again: make run RUN_DIR=another"
 
 lint: $(STAMP)  ## ruff (style, imports, bugbear, annotations) and mypy (types), whole package
 	$(BIN)/ruff check .

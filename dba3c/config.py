@@ -247,9 +247,10 @@ class EvalConfig:
 
     every: int = _opt(1000, NON_NEGATIVE, "global steps between evaluations; 0 = never")
     at_end: bool = _opt(True, None, "a run that ends (train.max_steps, train.max_seconds, the "
-                        "target) evaluates its final parameters and waits for it; false: it "
-                        "ends at once, dropping an evaluation in progress (a signal always "
-                        "drops it)")
+                        "target) at step eval.every or later evaluates its final parameters "
+                        "and waits for it (a shorter run, such as a smoke test, ends at once "
+                        "and says so); false: it ends at once, dropping an evaluation in "
+                        "progress (a signal always drops it)")
     episodes: int = _opt(50, POSITIVE, "games per evaluation")
     target_score: float = _opt(300.0, None, "time-to-target threshold on the mean score")
     greedy: bool = _opt(True, None, "argmax actions (false: sample)")

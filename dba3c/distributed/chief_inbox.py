@@ -42,6 +42,7 @@ class ChiefInbox:
             self.evals = Inbox(t, roles.evaluator, EvalMsg, EvalMsg.size(cfg.eval.episodes))
             self.control = Inbox(t, roles.evaluator, ControlMsg, ControlMsg.SIZE)
         self.evaluator_ended = self.stop_sent = roles.evaluator is None
+        self.eval_games = self.eval_frames = 0  # the end's evaluation so far (PLAYED, FRAMES)
 
     @property
     def evaluator_done(self) -> bool:
@@ -58,7 +59,11 @@ class ChiefInbox:
                 self.clock.progress(time.monotonic())
         while self.control is not None and (played := self.control.poll()) is not None:
             self.clock.progress(time.monotonic())
-            self.chief.evaluation_progress(played.argument)
+            if played.command == Command.PLAYED:
+                self.eval_games = played.argument
+            else:
+                self.eval_frames = played.argument
+            self.chief.evaluation_progress(self.eval_games, self.eval_frames)
         while self.evals is not None and (result := self.evals.poll()) is not None:
             if result.step == END:
                 self.evaluator_ended = True

@@ -14,6 +14,7 @@ from dba3c.distributed.wire import END, Command, ControlMsg, EvalMsg, Tag
 from dba3c.learning.models import NetSpec
 
 IDLE_S = 0.01  # sleep between looks for a new snapshot
+FRAMES_EVERY_S = 1.0  # between FRAMES messages while the run waits for its last evaluation
 
 
 class EvaluatorRank:
@@ -23,8 +24,9 @@ class EvaluatorRank:
 
     When the run ends (an owner sent its last shard or DONE), with ``eval.at_end`` it
     finishes the evaluation in progress, then evaluates the final snapshot (every owner
-    sends it before DONE) and tells the chief of each game it plays meanwhile (PLAYED:
-    progress, and a sign of life for the stall watchdog); without ``eval.at_end`` it drops
+    sends it before DONE) and tells the chief of each game it plays meanwhile and, every
+    second, of the frames played (PLAYED and FRAMES: progress, and a sign of life for the
+    stall watchdog); without ``eval.at_end`` it drops
     the evaluation in progress. The chief's STOP (a signal stopped the run) drops it at any
     time. A dropped evaluation is reported as one without scores.
     """
@@ -44,6 +46,7 @@ class EvaluatorRank:
         self.give_up = stop_rule(cfg)
         self.evaluated = -1
         self.stopped = False  # the chief's STOP arrived
+        self._frames_sent = -float("inf")  # when the last FRAMES message went
 
     def _poll(self) -> None:
         """Take the snapshots and the chief's STOP that arrived."""
@@ -65,6 +68,12 @@ class EvaluatorRank:
         if self.feed.ended:
             self.sender.post(ControlMsg(Command.PLAYED, games), [0])
 
+    def _framed(self, frames: int) -> None:
+        now = time.monotonic()
+        if self.feed.ended and now - self._frames_sent >= FRAMES_EVERY_S:
+            self._frames_sent = now
+            self.sender.post(ControlMsg(Command.FRAMES, frames), [0])
+
     @property
     def finished(self) -> bool:
         """Nothing is left to evaluate: evaluations are over, or every owner sent DONE and
@@ -85,7 +94,8 @@ class EvaluatorRank:
         self.learner.set_params(self.feed.params().theta)
         scores = play(self.learner.predict, self.pool, self.cfg.eval.episodes,
                       greedy=self.cfg.eval.greedy, seed=self.cfg.run.seed + step,
-                      on_game=self._played, should_stop=self._should_stop,
+                      on_game=self._played, on_frames=self._framed,
+                      should_stop=self._should_stop,
                       give_up=self.give_up)
         self.evaluated = step
         gave_up = self.give_up is not None and self.give_up(scores)

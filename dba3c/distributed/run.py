@@ -20,7 +20,8 @@ from dba3c.errors import TrainingError, UserError, exit_code
 from dba3c.learning.models import NetSpec
 from dba3c.preset import load_config, validate
 from dba3c.training.lock import RunLock
-from dba3c.training.metrics import next_steps
+from dba3c.training.metrics import next_steps, run_report
+from dba3c.training.rundir import RunDir
 from dba3c.training.worker import Worker
 
 
@@ -139,8 +140,16 @@ def train_distributed(cfg: Config, job: str | None) -> int:
     t.barrier()
     if t.rank == 0:
         print(f"run finished; outputs in {cfg.run.dir}", file=sys.stderr)
-        print(next_steps(cfg.run.dir, is_atari(cfg.env.id)), file=sys.stderr)
+        print_run_end(cfg)
     return 0
+
+
+def print_run_end(cfg: Config) -> None:
+    """The lines that end a finished run on stderr: what the agent did, then the commands
+    that use the run's outputs."""
+    lines = run_report(RunDir(cfg.run.dir))
+    for line in [*lines, next_steps(cfg.run.dir, is_atari(cfg.env.id))]:
+        print(line, file=sys.stderr)
 
 
 def train(config_path: str, overrides: list[str], world_size: int,
@@ -158,7 +167,7 @@ def train(config_path: str, overrides: list[str], world_size: int,
         summary = train_single(cfg, job=job)
         print(f"run finished at step {summary.get('final_step')} "
               f"({summary.get('stop_reason')}); outputs in {cfg.run.dir}", file=sys.stderr)
-        print(next_steps(cfg.run.dir, is_atari(cfg.env.id)), file=sys.stderr)
+        print_run_end(cfg)
         return 0
 
     return exit_code(run)

@@ -56,14 +56,15 @@ class Tag(IntEnum):
 
 class Command(IntEnum):
     """CONTROL commands: chief -> PS STOP, STOP_AT step, QUERY; PS -> chief FROZEN version;
-    chief -> evaluator STOP; evaluator -> chief PLAYED games (of an evaluation after the run
-    ended)."""
+    chief -> evaluator STOP; evaluator -> chief PLAYED games and FRAMES emulator frames (of
+    an evaluation after the run ended)."""
 
     STOP = 1
     STOP_AT = 2
     FROZEN = 3
     QUERY = 4
     PLAYED = 5
+    FRAMES = 6
 
 
 class Message(Protocol):

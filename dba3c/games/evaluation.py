@@ -27,6 +27,7 @@ from dba3c.learning.rl import sample_actions
 
 Predict = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 OnGame = Callable[[int, float], None]
+OnFrames = Callable[[int], None]
 GiveUp = Callable[[Sequence[float]], bool]
 
 
@@ -41,7 +42,7 @@ def stop_rule(cfg: Config) -> GiveUp | None:
 
 def play(predict: Predict, pool: EnvPool, episodes: int, *, greedy: bool, seed: int,
          on_frame: Callable[[Step, float], None] | None = None, on_game: OnGame | None = None,
-         should_stop: Callable[[], bool] | None = None,
+         on_frames: OnFrames | None = None, should_stop: Callable[[], bool] | None = None,
          give_up: GiveUp | None = None) -> list[float]:
     """Play exactly ``episodes`` games on ``pool`` (synchronous: batch = all envs).
 
@@ -50,6 +51,8 @@ def play(predict: Predict, pool: EnvPool, episodes: int, *, greedy: bool, seed: 
       on_frame: optional callback(step, score of env 0 including this step) for video;
         called for every step of env 0's games.
       on_game: optional callback(number of games so far, score) when a game counts.
+      on_frames: optional callback(emulator frames played so far, all envs) after each
+        batch: an evaluation's progress, which moves while no game ends.
       should_stop: optional callback polled every 50 steps; True abandons the evaluation.
       give_up: optional test of the scores so far (:func:`stop_rule`); True ends the
         evaluation with them.
@@ -69,6 +72,8 @@ def play(predict: Predict, pool: EnvPool, episodes: int, *, greedy: bool, seed: 
         pi, _ = predict(step.obs)
         pool.send(sample_actions(pi, rng, greedy))
         step = pool.recv()
+        if on_frames is not None:
+            on_frames((i + 1) * pool.batch_size * pool.frames_per_step)
         if on_frame is not None and done[0] < quota[0]:
             on_frame(step, tracker.score[0] + float(np.sum(step.r_t[step.env_ids == 0])))
         for env, score in tracker.update(step):
@@ -140,6 +145,7 @@ class BackgroundEvaluator(threading.Thread):
                                      start=start_step)
         self.finished = -1  # the newest step whose scores are in the outbox
         self.games = 0  # games the evaluation in progress has played
+        self.frames = 0  # and emulator frames
 
     def after_step(self, step: int, theta: np.ndarray) -> list[tuple[int, list[float]]]:
         """Submit ``theta`` if ``step`` is due for evaluation; return the evaluations
@@ -184,6 +190,9 @@ class BackgroundEvaluator(threading.Thread):
     def _played(self, games: int, _score: float) -> None:
         self.games = games
 
+    def _framed(self, frames: int) -> None:
+        self.frames = frames
+
     def run(self) -> None:
         pool = None
         try:
@@ -196,11 +205,11 @@ class BackgroundEvaluator(threading.Thread):
                     break
                 step, theta = item
                 learner.set_params(theta)
-                self.games = 0
+                self.games = self.frames = 0
                 scores = play(learner.predict, pool, self.cfg.eval.episodes,
                               greedy=self.cfg.eval.greedy, seed=self.cfg.run.seed + step,
-                              on_game=self._played, should_stop=self._stopping.is_set,
-                              give_up=give_up)
+                              on_game=self._played, on_frames=self._framed,
+                              should_stop=self._stopping.is_set, give_up=give_up)
                 if not self._stopping.is_set():
                     self._outbox.put((step, scores))
                     self.finished = step

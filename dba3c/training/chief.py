@@ -85,6 +85,7 @@ class Chief:
         self.stop_reason: str | None = None
         self.signal: str | None = None  # the name of the signal that stopped the run
         self._progress_shown = -INF  # when the last line about the last evaluation was
+        self._waiting_since: float | None = None  # when the run began to wait for it
         self._stop_at_max_steps(self.start_step)  # a finished run started again: nothing to do
         if self.stop_reason:
             print(f"{self.run_dir.path} is at step {self.start_step}: train.max_steps="
@@ -194,9 +195,10 @@ class Chief:
                            final: Params | None) -> None:
         """The end of the run for this process's evaluator (if any): at a normal end (no
         signal, ``eval.at_end``) it evaluates the ``final`` parameters (unless it did, or
-        the run trained nothing) and the run waits for every evaluation it was given, with
-        a line every 10 s; a signal meanwhile drops the one in progress, as does the end of
-        a run without ``eval.at_end``. Records what finished; says what was dropped."""
+        the run was too short: :func:`evaluates_at_end`) and the run waits for every
+        evaluation it was given, with a line every 10 s; a signal meanwhile drops the one in
+        progress, as does the end of a run without ``eval.at_end``. Records what finished;
+        says what was dropped."""
         if evaluator is None:
             return
         if self.cfg.eval.at_end and self.signal is None and final is not None:
@@ -204,7 +206,7 @@ class Chief:
             while evaluator.in_progress() is not None and self.signal is None:
                 for step, scores in evaluator.results():
                     self.on_eval(step, scores)
-                self.evaluation_progress(evaluator.games)
+                self.evaluation_progress(evaluator.games, evaluator.frames)
                 time.sleep(0.05)
         evaluator.stop()
         dropped = evaluator.in_progress()
@@ -213,14 +215,33 @@ class Chief:
         if dropped is not None:
             self.evaluation_dropped(dropped)
 
-    def evaluation_progress(self, games: int) -> None:
-        """The run is over and waits for an evaluation that has played ``games`` games: a line
-        now and then."""
+    def evaluation_progress(self, games: int, frames: int) -> None:
+        """The run is over and waits for an evaluation that has played ``games`` games and
+        ``frames`` emulator frames: a line now and then, with the most time it can take
+        (every game left running to the ``eval.max_frames`` cap)."""
         now = time.monotonic()
-        if now - self._progress_shown >= PROGRESS_EVERY_S:
-            self._progress_shown = now
-            self._say(f"waiting for the evaluation at the end of the run: {games} of "
-                      f"{self.cfg.eval.episodes} games played")
+        if self._waiting_since is None:
+            self._waiting_since = now
+        if now - self._progress_shown < PROGRESS_EVERY_S:
+            return
+        self._progress_shown = now
+        episodes, cap = self.cfg.eval.episodes, self.cfg.eval.max_frames
+        waited = now - self._waiting_since
+        line = (f"waiting for the evaluation at the end of the run: {games} of {episodes} "
+                f"games over, {frames:,} frames played (at most {episodes * cap:,}: "
+                f"eval.max_frames={cap:,} a game), {waited:.0f} s")
+        if frames and waited > 0:
+            line += f", at most {(episodes * cap - frames) * waited / frames:.0f} s left"
+        self._say(line)
+
+    def _say_if_not_evaluated_at_end(self) -> None:
+        """A run that ended normally without evaluating its final parameters because it
+        was too short (:func:`evaluates_at_end`) says so, and how to ask for one."""
+        every = self.cfg.eval.every
+        if (every and self.cfg.eval.at_end and self.signal is None
+                and self.start_step < self.step < every):
+            self._say(f"no evaluation at the end: the run ended at step {self.step}, before "
+                      f"eval.every={every} (give a smaller eval.every to evaluate a short run)")
 
     def evaluation_dropped(self, step: int) -> None:
         """The evaluation of ``step`` in progress was abandoned: say so and why."""
@@ -280,6 +301,8 @@ class Chief:
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:
+        if error is None:
+            self._say_if_not_evaluated_at_end()
         self.close(write=not isinstance(error, DiskFull))
 
     def close(self, write: bool = True) -> None:

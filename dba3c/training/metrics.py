@@ -31,6 +31,48 @@ def steady_throughput(metrics: list[dict]) -> float | None:
     return sum(tail) / len(tail) if tail else None
 
 
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float], width: int = 40) -> str:
+    """``values`` in at most ``width`` characters, each the mean of its share of the values
+    scaled between their min (▁) and max (█); empty for no values."""
+    if not values:
+        return ""
+    n = min(width, len(values))
+    bins = [values[len(values) * i // n: len(values) * (i + 1) // n] for i in range(n)]
+    means = [sum(b) / len(b) for b in bins]
+    lo, hi = min(means), max(means)
+    top = len(SPARKS) - 1
+    return "".join(SPARKS[round((m - lo) / (hi - lo) * top) if hi > lo else 0] for m in means)
+
+
+def run_report(run: RunDir) -> list[str]:
+    """What the agent did, from the run directory: steps and data points trained, the
+    training games' score over the run as a text curve, and each greedy evaluation."""
+    metrics, evals, summary = run.read_metrics(), run.read_evals(), run.read_summary()
+    if not metrics:
+        return []
+    last = metrics[-1]
+    rate = steady_throughput(metrics)
+    lines = [f"trained {last['step']:,} steps in {last['time_s']:.0f} s"
+             + (f", {rate:,.0f} data points/s" if rate is not None else "")]
+    online = [m["train/online_score"] for m in metrics
+              if m.get("train/online_score") is not None]
+    if online:
+        lines.append(f"score in training games: {online[0]:.1f} -> {online[-1]:.1f} "
+                     f"(max {max(online):.1f})  {sparkline(online)}")
+    shown = evals[-5:]
+    if shown:
+        lines.append("greedy evaluations: " + "; ".join(
+            f"step {e['step']}: mean {e['mean']:.1f} over {e['episodes']} games" for e in shown)
+            + (f" ({len(evals) - len(shown)} earlier in eval.jsonl)" if evals[5:] else ""))
+    if summary.get("time_to_target_s") is not None:
+        lines.append(f"target {summary['target_score']:g} reached at step "
+                     f"{summary['target_step']} after {summary['time_to_target_s']:.0f} s")
+    return lines
+
+
 def next_steps(run_dir: str, atari: bool) -> str:
     """The line that ends a run: commands to paste that use its outputs (figures,
     TensorBoard, an evaluation; with a gameplay video for Atari games)."""

@@ -54,18 +54,33 @@ def test_a_short_pong_run_evaluates_its_final_parameters(tmp_path):
 
 @pytest.mark.slow
 def test_a_collective_run_evaluates_its_final_parameters_in_the_chief(tmp_path):
-    """Its only evaluation (eval.every lies beyond the run) is the final one, and reaches the
-    (zero) target: the time to the target is recorded as for any evaluation."""
+    """Its last evaluation is the final one (the one of step 20 may have been overtaken:
+    the newest snapshot wins), and reaches the (zero) target: the time to the target is
+    recorded as for any evaluation."""
     run = tmp_path / "run"
     proc = dba3c("launch", "configs/cartpole.yaml", "--workers", 2,
                  "dist.aggregation=collective", "dist.ps=0", "train.max_steps=25",
-                 "eval.every=1000", "eval.episodes=3", "eval.target_score=0", *QUIET,
+                 "eval.every=20", "eval.episodes=3", "eval.target_score=0",
+                 "eval.stop_at_target=false", *QUIET,
                  f"run.dir={run}", timeout=300)
     evals = read_jsonl(run / "eval.jsonl")
-    assert [e["step"] for e in evals] == [25]
+    assert [e["step"] for e in evals] in ([20, 25], [25])
     assert_final_evaluation_recorded(run, 25, proc.stderr)
     done = summary(run)
-    assert done["target_step"] == 25 and done["time_to_target_s"] == evals[0]["time_s"]
+    assert done["target_step"] == evals[0]["step"]
+    assert done["time_to_target_s"] == evals[0]["time_s"]
+
+
+def test_a_run_shorter_than_eval_every_ends_without_an_evaluation_and_says_so(tmp_path):
+    """A smoke run of 3 steps on a preset that evaluates every 1000 ends at once: no game of
+    its untrained agent is played."""
+    run = tmp_path / "run"
+    proc = dba3c("train", "configs/cartpole.yaml", "train.max_steps=3", "eval.every=1000",
+                 *QUIET, f"run.dir={run}", timeout=120)
+    assert read_jsonl(run / "eval.jsonl") == [] and "last_eval" not in summary(run)
+    assert "no evaluation at the end: the run ended at step 3, before eval.every=1000" \
+        in proc.stderr
+    assert "waiting for the evaluation" not in proc.stderr
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from tests.support.jobs import Job
 
 pytestmark = pytest.mark.slow
 
-TINY = ["train.max_seconds=8", "eval.every=20", "eval.episodes=2", "eval.max_frames=400",
+TINY = ["train.max_seconds=8", "eval.every=5", "eval.episodes=2", "eval.max_frames=400",
         "eval.num_envs=2", "env.num_envs=4", "env.batch_size=4", "train.batch_size=8",
         "run.progress=none"]
 

@@ -35,7 +35,8 @@ class Recorder:
         self.signal: str | None = None
         self.signal_at_game = signal_at_game
         self.evals: list[tuple[int, int]] = []  # (step, games)
-        self.games: list[int] = []
+        self.games: list[int] = []  # games over, at each PLAYED
+        self.frames: list[int] = []  # frames played, at each FRAMES
         self.dropped: list[int] = []
 
     def worker_report(self, rank, report):
@@ -44,8 +45,11 @@ class Recorder:
     def on_eval(self, step, scores):
         self.evals.append((step, len(scores)))
 
-    def evaluation_progress(self, games):
-        self.games.append(games)
+    def evaluation_progress(self, games, frames):
+        if frames != (self.frames or [0])[-1]:
+            self.frames.append(frames)
+        elif games != (self.games or [0])[-1]:
+            self.games.append(games)
         if games == self.signal_at_game:
             self.signal = "SIGTERM"
 
@@ -95,6 +99,9 @@ def test_at_a_normal_end_the_final_snapshot_is_evaluated_and_each_game_reported(
     run_end(chief, [2, 3], episodes=3)  # 2: every 2 steps; 3: where the run ended
     assert chief.evals == [(3, 3)]  # the run was over before 2 was played: the newest counts
     assert chief.games == [1, 2, 3] and chief.dropped == []
+    # the first batch's frames as it was played (one CartPole step: 1 frame); then at
+    # most one a second
+    assert chief.frames[0] == 1 and chief.frames == sorted(set(chief.frames))
 
 
 def test_a_signal_during_the_final_evaluation_drops_it():
@@ -107,4 +114,4 @@ def test_a_signal_during_the_final_evaluation_drops_it():
 def test_without_eval_at_end_the_end_of_the_run_evaluates_nothing_more():
     chief = Recorder()
     run_end(chief, [2], episodes=3, at_end=False)
-    assert chief.evals == [] and chief.games == [] and chief.dropped == []
+    assert chief.evals == [] and chief.games == chief.frames == [] and chief.dropped == []

@@ -30,8 +30,11 @@ def submitted(every: int, at_end: bool, start: int, steps: range, last: int) -> 
     (0, True, 0, range(1, 26), 25, []),  # eval.every=0: no evaluation at all
     (10, True, 25, range(26, 26), 25, []),  # a finished run started again trains nothing
     (10, True, 0, range(1, 4), 25, [25]),  # a worker that missed the last steps' after_step
+    (10, True, 0, range(1, 4), 3, []),  # a smoke run shorter than eval.every: no games
+    (10, True, 8, range(9, 13), 12, [10, 12]),  # resumed past every: the end is evaluated
+    (10, True, 3, range(4, 8), 7, []),  # resumed, still short of every
 ], ids=["ends-between", "ends-on-a-due-step", "at-end-off", "never", "nothing-trained",
-        "unseen-steps"])
+        "unseen-steps", "shorter-than-every", "resumed-past-every", "resumed-short"])
 def test_every_due_step_and_the_one_the_run_ended_at(every, at_end, start, steps, last,
                                                       expected):
     assert submitted(every, at_end, start, steps, last) == expected

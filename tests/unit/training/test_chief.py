@@ -1,11 +1,14 @@
 """The chief (dba3c.training.chief): its metrics from worker reports as they arrive over the
 wire, the last step logged when a run ends between log steps, and the end of a run for an
-evaluator thread (a signal during the last evaluation, eval.at_end=false)."""
+evaluator thread (a signal during the last evaluation, eval.at_end=false, its progress
+lines, a run too short to be evaluated at the end)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
@@ -117,17 +120,49 @@ def test_a_signal_during_the_last_evaluation_drops_it_and_says_so(tmp_path, caps
     chief, evaluator, spec = chief_and_evaluator(tmp_path, "eval.episodes=100000")
     shown = chief.evaluation_progress
 
-    def signal_comes(games: int) -> None:  # as SIGTERM's handler would, while it waits
-        shown(games)
+    def signal_comes(games: int, frames: int) -> None:  # as SIGTERM's handler would
+        shown(games, frames)
         chief.signal = "SIGTERM"
 
     chief.evaluation_progress = signal_comes
     chief.finish_evaluations(evaluator, Params(7, spec.init_params(0)))
     chief.close()
-    assert capsys.readouterr().err == (
-        "waiting for the evaluation at the end of the run: 0 of 100000 games played\n"
-        "the evaluation of step 7 in progress was dropped (stopped by signal SIGTERM)\n")
+    waiting, dropped = capsys.readouterr().err.splitlines()
+    cap = chief.cfg.eval.max_frames
+    assert re.fullmatch(rf"waiting for the evaluation at the end of the run: 0 of 100000 "
+                        rf"games over, [0-9,]+ frames played \(at most {100000 * cap:,}: "
+                        rf"eval.max_frames={cap:,} a game\), 0 s", waiting), waiting
+    assert dropped == "the evaluation of step 7 in progress was dropped (stopped by signal SIGTERM)"
     assert read_jsonl(tmp_path / "eval.jsonl") == [] and not evaluator.is_alive()
+
+
+def test_the_wait_for_the_last_evaluation_counts_frames_and_bounds_the_time_left(
+        tmp_path, capsys):
+    chief = Chief(load_config(str(ROOT / "configs" / "cartpole.yaml"),
+                              [f"run.dir={tmp_path}", "run.progress=none", "eval.episodes=4",
+                               "eval.max_frames=500"]), None, NO_PARAMS, 1, ["h0"])
+    clock = iter([100.0, 112.0, 113.0])
+    with mock.patch("dba3c.training.chief.time.monotonic", lambda: next(clock)):
+        chief.evaluation_progress(0, 0)  # at 100 s: shown, no rate yet
+        chief.evaluation_progress(1, 600)  # at 112 s: 600 of 2000 frames in 12 s
+        chief.evaluation_progress(2, 700)  # at 113 s: within 10 s of the last line
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "waiting for the evaluation at the end of the run: 0 of 4 games over, 0 frames "
+        "played (at most 2,000: eval.max_frames=500 a game), 0 s",
+        "waiting for the evaluation at the end of the run: 1 of 4 games over, 600 frames "
+        "played (at most 2,000: eval.max_frames=500 a game), 12 s, at most 28 s left"]
+
+
+def test_a_run_shorter_than_eval_every_says_it_was_not_evaluated_at_the_end(tmp_path, capsys):
+    cfg = load_config(str(ROOT / "configs" / "cartpole.yaml"),
+                      [f"run.dir={tmp_path}", "run.progress=none", "eval.every=10"])
+    for step, said in ((3, True), (10, False)):
+        with Chief(cfg, None, NO_PARAMS, 1, ["h0"]) as chief:
+            chief.on_step(step)
+        err = capsys.readouterr().err
+        assert ("no evaluation at the end: the run ended at step 3, before eval.every=10 "
+                "(give a smaller eval.every to evaluate a short run)" in err) == said, err
 
 
 def test_without_eval_at_end_the_evaluation_in_progress_is_dropped(tmp_path, capsys):

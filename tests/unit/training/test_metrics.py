@@ -5,6 +5,7 @@ the TensorBoard scalars under the same names, one W&B run per run directory."""
 from __future__ import annotations
 
 import importlib.machinery
+import json
 import importlib.util
 import sys
 import types
@@ -14,7 +15,9 @@ import pytest
 
 from dba3c.preset import load_config
 from dba3c.training.chief import Chief
-from dba3c.training.metrics import Wandb, next_steps, scalars, steady_throughput
+from dba3c.training.metrics import (Wandb, next_steps, run_report, scalars, sparkline,
+                                   steady_throughput)
+from dba3c.training.rundir import RunDir
 from tests.support import NO_PARAMS, ROOT, read_jsonl
 
 
@@ -23,6 +26,30 @@ def test_steady_throughput_is_the_mean_of_the_second_half():
     assert steady_throughput(metrics) == pytest.approx((100 + 200 + 300) / 3)
     assert steady_throughput([{"perf/data_points_per_s": 7.0}]) == 7.0
     assert steady_throughput([{"step": 1}]) is None
+
+
+def test_sparkline_bins_the_values_and_scales_them_between_min_and_max():
+    assert sparkline([]) == ""
+    assert sparkline([3.0, 3.0]) == "▁▁"  # flat: the lowest bar
+    assert sparkline([0.0, 7.0, 3.5]) == "▁█▅"  # 3.5 of 0..7: 3.5 of 7 steps, rounded up
+    # 8 values in 4 characters: the means of pairs (0.5, 2.5, 4.5, 6.5) over 0.5..6.5
+    assert sparkline([0, 1, 2, 3, 4, 5, 6, 7], width=4) == "▁▃▆█"
+
+
+def test_the_run_report_says_what_the_agent_did(tmp_path):
+    run = RunDir(tmp_path)
+    rows = [{"step": 10 * k, "time_s": 2.0 * k, "perf/data_points_per_s": 100.0 * k,
+             "train/online_score": float(k)} for k in range(1, 5)]
+    run.metrics_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run.evals_path.write_text(json.dumps({"step": 20, "mean": 1.25, "episodes": 4}) + "\n")
+    run.summary_path.write_text(json.dumps({"target_score": 1, "target_step": 20,
+                                            "time_to_target_s": 4.0}))
+    assert run_report(run) == [
+        "trained 40 steps in 8 s, 350 data points/s",  # the mean of the second half
+        "score in training games: 1.0 -> 4.0 (max 4.0)  ▁▃▆█",
+        "greedy evaluations: step 20: mean 1.2 over 4 games",
+        "target 1 reached at step 20 after 4 s"]
+    assert run_report(RunDir(tmp_path / "none")) == []
 
 
 def test_next_steps_names_the_run_directory_and_a_video_only_for_atari():
