@@ -12,6 +12,7 @@ import difflib
 import functools
 import importlib.util
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -42,17 +43,26 @@ def load_yaml(stream: str | IO[str]) -> Any:
     return yaml.load(stream, Loader=_Loader)
 
 
+class _Between:
+    """A check that a number lies in [lo, hi] (or the open variants); ``finite`` says what a
+    float key takes instead of NaN or infinity."""
+
+    def __init__(self, lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False):
+        self.lo, self.hi, self.lo_open, self.hi_open = lo, hi, lo_open, hi_open
+        left, right = ("(" if lo_open else "["), (")" if hi_open else "]")
+        self.text = f"a number in {left}{lo}, {hi}{right}"
+        self.finite = (f"a finite number {'>' if lo_open else '>='} {lo:g}" if hi == INF else
+                       f"a finite number in {left}{lo:g}, {hi:g}{right}")
+
+    def __call__(self, x: float) -> str | None:
+        too_low = x <= self.lo if self.lo_open else x < self.lo
+        too_high = x >= self.hi if self.hi_open else x > self.hi
+        return self.text if (too_low or too_high) else None
+
+
 def _between(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> Check:
     """A check that a number lies in [lo, hi] (or the open variants)."""
-    left, right = ("(" if lo_open else "["), (")" if hi_open else "]")
-    text = f"a number in {left}{lo}, {hi}{right}"
-
-    def check(x: float) -> str | None:
-        too_low = x <= lo if lo_open else x < lo
-        too_high = x >= hi if hi_open else x > hi
-        return text if (too_low or too_high) else None
-
-    return check
+    return _Between(lo, hi, lo_open=lo_open, hi_open=hi_open)
 
 
 COLLECTIVE_ALGORITHMS = ("recursive", "mpi")  # dist.collective_algorithm's values
@@ -77,10 +87,10 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
                 "env.episodic_life": False, "env.noop_max": 0, "eval.noop_max": 0},
 }
 
-POSITIVE = _between(1, float("inf"))
-NON_NEGATIVE = _between(0, float("inf"))
-UNIT = _between(0, 1)
 INF = float("inf")
+POSITIVE = _between(1, INF)
+NON_NEGATIVE = _between(0, INF)
+UNIT = _between(0, 1)
 
 
 @dataclass(frozen=True)
@@ -395,6 +405,15 @@ def _type_error(key: str, value: Any, ftype: str) -> str | None:
     return f"{key}={value!r} must be {kind}"
 
 
+def _non_finite_error(key: str, value: float, metadata: Any) -> str:
+    """The message for NaN or infinity given to a float key: what the key takes instead,
+    with the meaning of 0 where its description gives one (e.g. ``0 = no limit``)."""
+    check = metadata["check"]
+    allowed = check.finite if isinstance(check, _Between) else "a finite number"
+    zero = re.search(r"\b0 = ([^;,()]+)", metadata["doc"])
+    return f"{key}={value!r} must be {allowed}" + (f" (0 = {zero[1].strip()})" if zero else "")
+
+
 @functools.lru_cache(maxsize=1)
 def ale_games() -> tuple[str, ...]:
     """The ROM names shipped inside ale-py: the keys of its ``roms/md5.json`` (what
@@ -547,6 +566,8 @@ def validation_errors(cfg: Config, world: WorldCheck | None = None) -> list[str]
         for f in dataclasses.fields(cls):
             key, value = f"{section}.{f.name}", getattr(values, f.name)
             problem = _type_error(key, value, str(f.type))  # a string: postponed annotations
+            if problem is None and isinstance(value, float) and not math.isfinite(value):
+                problem = _non_finite_error(key, value, f.metadata)
             if problem is None and f.metadata["check"] is not None:
                 allowed = f.metadata["check"](value)
                 problem = f"{key}={value!r} must be {allowed}" if allowed else None

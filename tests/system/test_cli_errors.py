@@ -91,6 +91,15 @@ CASES = [
     (["evaluate", "{run}", "--episodes", "0"], "--episodes 0 must be at least 1"),
     (["evaluate", "{run}", "eval.max_frames=0"], "eval.max_frames=0 must be"),
     (["evaluate", "{run}", "model.hidden=64"], "does not match model.kind=a3c_ff"),
+    # NaN and infinity: refused for every float key, saying what 0 means where it means more
+    (["describe", "configs/breakout.yaml", "--workers", "2", "train.max_seconds=.nan"],
+     "train.max_seconds=nan must be a finite number >= 0 (0 = no limit)"),
+    (["describe", "configs/breakout.yaml", "--workers", "2", "train.max_seconds=.inf"],
+     "train.max_seconds=inf must be a finite number >= 0 (0 = no limit)"),
+    (["train", "configs/breakout.yaml", "train.lr=.nan"],
+     "train.lr=nan must be a finite number in (0, 1]"),
+    (["submit", "configs/breakout.yaml", "train.max_seconds=.inf", "--cluster", "local"],
+     "train.max_seconds=inf must be a finite number"),
 ]
 
 

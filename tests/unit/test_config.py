@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 
 from dba3c.config import (
+    SECTIONS,
     Config,
     all_keys,
     describe_keys,
@@ -265,3 +266,25 @@ def test_an_overrides_file_becomes_key_value_items_in_its_order(tmp_path):
         overrides_file(str(tmp_path / "list.yaml"))
     with pytest.raises(UserError, match="not found"):
         overrides_file(str(tmp_path / "missing.yaml"))
+
+
+FLOAT_KEYS = [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)
+              if f.type == "float"]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_nan_and_infinity_are_refused_for_every_float_key(value):
+    assert "train.max_seconds" in FLOAT_KEYS and "eval.target_score" in FLOAT_KEYS
+    for key in FLOAT_KEYS:
+        section, name = key.split(".")
+        with pytest.raises(UserError, match=f"^{key}={value!r} must be a finite number"):
+            from_dict({section: {name: value}})
+
+
+def test_a_non_finite_value_is_told_the_range_and_what_0_means():
+    with pytest.raises(UserError) as e:
+        load_config(str(ROOT / "configs/breakout.yaml"),
+                    ["train.max_seconds=.inf", "train.lr=.nan", "dist.stall_timeout=1e999"])
+    assert str(e.value) == ("train.lr=nan must be a finite number in (0, 1]; "
+                            "train.max_seconds=inf must be a finite number >= 0 (0 = no limit); "
+                            "dist.stall_timeout=inf must be a finite number >= 0 (0 = never)")
