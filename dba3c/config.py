@@ -435,13 +435,28 @@ def is_atari(env_id: str) -> bool:
     return "-v" not in env_id and "/" not in env_id
 
 
+def gym_atari_rom(env_id: str) -> str | None:
+    """The ALE ROM name of a gymnasium Atari id (``ALE/Breakout-v5``, ``BreakoutNoFrameskip-v4``
+    -> ``breakout``); None when ``env_id`` is not one."""
+    match = re.fullmatch(r"(ALE/)?([A-Za-z0-9]+?)(NoFrameskip|Deterministic)?-v\d+", env_id)
+    if match is None:
+        return None
+    rom = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", match[2]).lower()
+    return rom if rom in ale_games() else None
+
+
 def _env_id_error(env_id: str) -> str | None:
     if is_atari(env_id):
         if env_id in ale_games():
             return None
         close = difflib.get_close_matches(env_id, ale_games(), n=3, cutoff=0.6)
-        hint = f"close ROM names: {', '.join(close)}" if close else "see `dba3c describe --games`"
+        hint = (f"close ROM names: {', '.join(close)}" if close else
+                f"the ROM names: {', '.join(ale_games())}")
         return f"env.id={env_id!r} is not an ALE ROM ({hint})"
+    rom = gym_atari_rom(env_id)
+    if rom is not None or env_id.startswith("ALE/"):
+        return (f"env.id={env_id!r} is a gymnasium Atari id; Atari games are given by their "
+                f"ALE ROM name" + (f": env.id={rom}" if rom else " (e.g. env.id=breakout)"))
     import gymnasium
 
     if env_id in gymnasium.registry:
@@ -460,21 +475,22 @@ def num_shards_error(num_ps: int, num_params: int) -> str | None:
             f"(every parameter server needs a non-empty shard)")
 
 
-def _cross_field_errors(cfg: Config) -> list[str]:
+def _cross_field_errors(cfg: Config, env_known: bool = True) -> list[str]:
     """Rules that involve more than one key (those that need the network, the simulator or
-    the score tables are :func:`dba3c.preset.world_errors`)."""
+    the score tables are :func:`dba3c.preset.world_errors`); those of the env's kind only
+    when ``env_known`` (an unknown env.id has its own message)."""
     errors = []
     if cfg.env.batch_size > cfg.env.num_envs:
         errors.append(f"env.batch_size={cfg.env.batch_size} must be <= env.num_envs="
                       f"{cfg.env.num_envs}")
     atari = is_atari(cfg.env.id)
-    if atari and cfg.model.kind == "mlp":
+    if env_known and atari and cfg.model.kind == "mlp":
         errors.append(f"model.kind='mlp' needs a vector-observation env, not the Atari game "
                       f"env.id={cfg.env.id!r} (use ba3c or a3c_ff)")
-    elif not atari and cfg.model.kind != "mlp":
+    elif env_known and not atari and cfg.model.kind != "mlp":
         errors.append(f"model.kind={cfg.model.kind!r} needs an Atari env; env.id="
                       f"{cfg.env.id!r} has vector observations (use mlp)")
-    if not atari:
+    if not atari and env_known:
         errors += [f"{key}={value!r} applies to ALE games only, not env.id={cfg.env.id!r}"
                    for key, value in (("eval.protocol", cfg.eval.protocol),
                                       ("env.full_action_space", cfg.env.full_action_space))
@@ -576,7 +592,7 @@ def validation_errors(cfg: Config, world: WorldCheck | None = None) -> list[str]
     if not errors:
         env_problem = _env_id_error(cfg.env.id)
         errors += [env_problem] if env_problem else []
-        errors += _cross_field_errors(cfg)
+        errors += _cross_field_errors(cfg, env_known=env_problem is None)
         if env_problem is None and world is not None:
             errors += world(cfg)
     return errors

@@ -100,6 +100,11 @@ CASES = [
      "train.lr=nan must be a finite number in (0, 1]"),
     (["submit", "configs/breakout.yaml", "train.max_seconds=.inf", "--cluster", "local"],
      "train.max_seconds=inf must be a finite number"),
+    (["describe", "configs/breakout.yaml", "env.id=nosuchgamexyz"],
+     "is not an ALE ROM (the ROM names: adventure, air_raid, alien,"),
+    (["describe", "configs/breakout.yaml", "env.id=ALE/Breakout-v5"],
+     "env.id='ALE/Breakout-v5' is a gymnasium Atari id; Atari games are given by their ALE "
+     "ROM name: env.id=breakout"),
 ]
 
 

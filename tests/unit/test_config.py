@@ -12,6 +12,7 @@ import pytest
 from dba3c.config import (
     SECTIONS,
     Config,
+    ale_games,
     all_keys,
     describe_keys,
     dump_yaml,
@@ -288,3 +289,21 @@ def test_a_non_finite_value_is_told_the_range_and_what_0_means():
     assert str(e.value) == ("train.lr=nan must be a finite number in (0, 1]; "
                             "train.max_seconds=inf must be a finite number >= 0 (0 = no limit); "
                             "dist.stall_timeout=inf must be a finite number >= 0 (0 = never)")
+
+
+@pytest.mark.parametrize("env_id,rom", [("ALE/Breakout-v5", "breakout"),
+                                        ("BreakoutNoFrameskip-v4", "breakout"),
+                                        ("ALE/SpaceInvaders-v5", "space_invaders")])
+def test_a_gymnasium_atari_id_is_answered_with_its_rom_name(env_id, rom):
+    with pytest.raises(UserError) as e:
+        from_dict({"env": {"id": env_id}})
+    assert str(e.value) == (f"env.id={env_id!r} is a gymnasium Atari id; Atari games are "
+                            f"given by their ALE ROM name: env.id={rom}")  # and nothing on mlp
+
+
+def test_an_unknown_rom_without_a_close_name_lists_every_rom():
+    with pytest.raises(UserError) as e:
+        from_dict({"env": {"id": "nosuchgamexyz"}})
+    assert str(e.value) == (f"env.id='nosuchgamexyz' is not an ALE ROM (the ROM names: "
+                            f"{', '.join(ale_games())})")
+    assert "breakout" in ale_games() and "describe --games" not in str(e.value)
