@@ -15,7 +15,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -598,30 +598,47 @@ def validation_errors(cfg: Config, world: WorldCheck | None = None) -> list[str]
     return errors
 
 
-def from_dict(tree: dict, source: str = "config", world: WorldCheck | None = None) -> Config:
-    """Build and validate a Config from nested dicts; unknown keys suggest the closest."""
+def _unknown_section_error(section: Any, source: str) -> str:
+    return (f"unknown section {section!r} in {source}{_closest(str(section), list(SECTIONS))}; "
+            f"allowed: {', '.join(SECTIONS)}")
+
+
+def _unknown_key_errors(section: str, keys: Iterable[Any],
+                        source: Callable[[str], str]) -> list[str]:
+    """The messages for the ``keys`` that section ``section`` lacks; ``source(dotted key)``:
+    where the key was given."""
+    names = [f.name for f in dataclasses.fields(SECTIONS[section])]
+    full = ", ".join(f"{section}.{n}" for n in names)
+    return [f"unknown key '{section}.{key}' in {source(f'{section}.{key}')}"
+            f"{_closest(f'{section}.{key}', all_keys())}; allowed in {section}: {full}"
+            for key in keys if key not in names]
+
+
+def from_dict(tree: dict, source: str = "config", world: WorldCheck | None = None,
+              origins: Mapping[str, str] | None = None) -> Config:
+    """Build and validate a Config from nested dicts; unknown keys suggest the closest.
+    ``origins``: where a section or dotted key came from when not from ``source`` (e.g. an
+    override), for the messages about unknown ones."""
     if not isinstance(tree, dict):
         raise UserError(f"{source} must be a mapping of sections "
                         f"({', '.join(SECTIONS)}), got {type(tree).__name__}")
+    origins = origins or {}
+
+    def where(name: str) -> str:
+        return origins.get(name, source)
+
     errors, sections = [], {}
     for section, values in tree.items():
         if section not in SECTIONS:
-            errors.append(f"unknown section {section!r} in {source}"
-                          f"{_closest(str(section), list(SECTIONS))}; allowed: "
-                          f"{', '.join(SECTIONS)}")
+            errors.append(_unknown_section_error(section, where(str(section))))
             continue
         if values is None:
             values = {}
         if not isinstance(values, dict):
             errors.append(f"section {section!r} in {source} must be a mapping of keys")
             continue
-        names = [f.name for f in dataclasses.fields(SECTIONS[section])]
-        for key in values:
-            if key not in names:
-                full = [f"{section}.{n}" for n in names]
-                errors.append(f"unknown key '{section}.{key}' in {source}"
-                              f"{_closest(f'{section}.{key}', all_keys())}; allowed in "
-                              f"{section}: {', '.join(full)}")
+        errors += _unknown_key_errors(section, values, where)
+        names = {f.name for f in dataclasses.fields(SECTIONS[section])}
         sections[section] = SECTIONS[section](**{k: v for k, v in values.items()
                                                  if k in names})
     errors += _apply_protocol(sections)
@@ -649,6 +666,16 @@ def _apply_protocol(sections: dict[str, Any]) -> list[str]:
     return errors
 
 
+def override_origins(overrides: Sequence[str]) -> dict[str, str]:
+    """Where each override's dotted key and section came from (``the override KEY=VALUE``),
+    for :func:`from_dict`'s messages; the last override of a key wins, as its value does."""
+    origins = {}
+    for item in overrides:
+        key = item.partition("=")[0]
+        origins[key] = origins[key.split(".", 1)[0]] = f"the override {item}"
+    return origins
+
+
 def parse_overrides(overrides: list[str]) -> dict:
     """``["train.lr=3e-4", "env.id=pong"]`` -> nested dict, values typed as YAML."""
     tree: dict = {}
@@ -674,12 +701,19 @@ def overrides_file(path: str) -> list[str]:
     if not isinstance(tree, dict):
         raise UserError(f"overrides file {path!r} must be a mapping of sections "
                         f"({', '.join(SECTIONS)}), got {type(tree).__name__}")
-    items = []
+    source = f"the overrides file {path}"
+    items, errors = [], []
     for section, values in tree.items():
+        if section not in SECTIONS:
+            errors.append(_unknown_section_error(section, source))
+            continue
         if not isinstance(values, dict):
             raise UserError(f"section {section!r} in the overrides file {path} must be a "
                             f"mapping of keys")
+        errors += _unknown_key_errors(section, values, lambda _: source)
         items += [f"{section}.{key}={json.dumps(value)}" for key, value in values.items()]
+    if errors:  # here, where the file is named: as KEY=VALUE items they would not be
+        raise UserError("; ".join(errors))
     return items
 
 
@@ -724,13 +758,15 @@ def load_config(path: str, overrides: Sequence[str] = (),
     if not isinstance(tree, dict):
         raise UserError(f"config {path!r} must be a mapping of sections "
                         f"({', '.join(SECTIONS)}), got {type(tree).__name__}")
-    return from_dict(_merge(tree, parse_overrides(list(overrides))), path, world)
+    return from_dict(_merge(tree, parse_overrides(list(overrides))), path, world,
+                     override_origins(overrides))
 
 
 def apply_overrides(cfg: Config, overrides: list[str], source: str = "config",
                     world: WorldCheck | None = None) -> Config:
     """``cfg`` with ``KEY=VALUE`` overrides applied, validated again."""
-    return from_dict(_merge(cfg.to_dict(), parse_overrides(list(overrides))), source, world)
+    return from_dict(_merge(cfg.to_dict(), parse_overrides(list(overrides))), source, world,
+                     override_origins(overrides))
 
 
 def dump_yaml(cfg: Config) -> str:

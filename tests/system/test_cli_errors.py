@@ -105,6 +105,8 @@ CASES = [
     (["describe", "configs/breakout.yaml", "env.id=ALE/Breakout-v5"],
      "env.id='ALE/Breakout-v5' is a gymnasium Atari id; Atari games are given by their ALE "
      "ROM name: env.id=breakout"),
+    (["describe", "configs/breakout.yaml", "train.lrr=0.1"],
+     "unknown key 'train.lrr' in the override train.lrr=0.1 (did you mean 'train.lr'?)"),
 ]
 
 

@@ -307,3 +307,21 @@ def test_an_unknown_rom_without_a_close_name_lists_every_rom():
     assert str(e.value) == (f"env.id='nosuchgamexyz' is not an ALE ROM (the ROM names: "
                             f"{', '.join(ale_games())})")
     assert "breakout" in ale_games() and "describe --games" not in str(e.value)
+
+
+def test_an_unknown_key_is_blamed_on_where_it_was_given(tmp_path):
+    preset = tmp_path / "preset.yaml"
+    preset.write_text("train:\n  lrr: 0.1\n")
+    node = tmp_path / "node.yaml"
+    node.write_text("env:\n  num_envz: 16\nfoo:\n  x: 1\n")
+    with pytest.raises(UserError) as e:
+        load_config(str(preset), ["train.gama=0.9", "bar.x=1"])
+    msg = str(e.value)
+    assert f"unknown key 'train.lrr' in {preset} (did you mean 'train.lr'?)" in msg
+    assert "unknown key 'train.gama' in the override train.gama=0.9 (did you mean" in msg
+    assert "unknown section 'bar' in the override bar.x=1" in msg
+    with pytest.raises(UserError) as e:
+        overrides_file(str(node))
+    assert f"unknown key 'env.num_envz' in the overrides file {node} (did you mean " \
+           f"'env.num_envs'?)" in str(e.value)
+    assert f"unknown section 'foo' in the overrides file {node}" in str(e.value)
