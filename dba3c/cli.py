@@ -304,7 +304,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     """``dba3c plot``: PNG and CSV files for run and sweep directories."""
     from dba3c.analysis.plots import plot_command
+    from dba3c.outputs import check_output_dir
 
+    check_output_dir(args.out, f"--out {args.out}")
     try:
         written = plot_command(args.paths, args.out)
     except ValueError as e:
@@ -317,7 +319,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_table(args: argparse.Namespace) -> int:
     """``dba3c table``: print the Markdown table, then the files written."""
     from dba3c.analysis.table import table_command
+    from dba3c.outputs import check_output_dir
 
+    check_output_dir(args.out, f"--out {args.out}")
     try:
         text, written = table_command(args.paths, args.out)
     except ValueError as e:

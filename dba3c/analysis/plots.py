@@ -44,6 +44,7 @@ from dba3c.analysis.runs import (
     seed_groups,
     totals_at,
 )
+from dba3c.outputs import make_output_dir
 from dba3c.training.rundir import METRICS, RESULT_COLUMNS, SWEEP_CSV, RunDir, SweepDir
 
 Table = list[dict]
@@ -458,8 +459,7 @@ def write_outputs(figures_and_tables: dict[str, tuple[Figure, Table]],
                   out_dir: str | Path) -> list[Path]:
     """Write ``NAME.png`` (120 dpi) and ``NAME.csv`` (columns in order of first appearance,
     empty cells for missing values) for each entry; return the files written."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = make_output_dir(out_dir, f"--out {out_dir}")
     written = []
     for name, (figure, table) in figures_and_tables.items():
         png, table_path = out_dir / f"{name}.png", out_dir / f"{name}.csv"

@@ -477,10 +477,13 @@ def doctor(config: str, overrides: Sequence[str], timeout_s: float, world_size: 
     there (not when a silent rank ends the job).
     Returns the exit code (0, or 1 for a problem; every rank returns rank 0's)."""
     from dba3c.errors import UserError
+    from dba3c.outputs import check_output_file
     from dba3c.preset import load_config
 
     if not timeout_s > 0:
         raise UserError(f"--timeout {timeout_s:g} must be a positive number of seconds")
+    if json_path:
+        check_output_file(json_path, f"--json {json_path}")  # not after minutes of checks
     cfg = load_config(config, list(overrides))
     out = out or sys.stdout
 

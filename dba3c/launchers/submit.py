@@ -40,6 +40,7 @@ from dba3c.launchers.slurm_site import (
 )
 from dba3c.launchers.srun_options import mpi_plugin
 from dba3c.learning.tflog import quiet_tensorflow
+from dba3c.outputs import check_output_dir
 from dba3c.preset import load_config
 from dba3c.training.rundir import RunDir
 
@@ -155,9 +156,12 @@ def submit(args: argparse.Namespace) -> list:
     for i, combo in enumerate(combos):
         overrides = base + combo
         cfg = load_config(args.config, overrides)
+        run_dir = cfg.run.dir
         if len(combos) > 1:
-            overrides.append(f"run.dir={cfg.run.dir}/{point_name(i, combo)}")
+            run_dir = f"{cfg.run.dir}/{point_name(i, combo)}"
+            overrides.append(f"run.dir={run_dir}")
         make_roles(world, cfg)  # refuse impossible layouts before submitting anything
+        check_output_dir(run_dir, f"run.dir={run_dir}")  # not in the job, hours later
         minutes = max(minutes, time_limit_minutes(cfg.train.max_seconds, args.time))
         jobs_args.append(TrainJob(args.config, overrides))
     executor = make_executor(folder=args.folder, cluster=args.cluster, nodes=args.nodes,

@@ -32,6 +32,7 @@ from dba3c.errors import UserError
 from dba3c.launchers.local import launch_command
 from dba3c.launchers.slurm_site import SlurmSite, nodes_for, time_limit_minutes
 from dba3c.launchers.submit import grid_overrides, point_name
+from dba3c.outputs import check_output_dir, make_output_dir
 from dba3c.preset import load_config
 from dba3c.training.metrics import steady_throughput
 from dba3c.training.rundir import RunDir, SweepDir
@@ -165,6 +166,8 @@ def run_sweep(config: str, grid: list[str], overrides: list[str], *, sweep_dir: 
     """Run the grid and write ``sweep.csv``; returns its path."""
     name = Path(config).stem
     root = Path(sweep_dir or f"runs/sweep-{name}")
+    label = f"--dir {root}" if sweep_dir else f"the sweep directory {root} (--dir)"
+    check_output_dir(root, label)
     points = make_points(config, grid, overrides, root, workers, max_seconds)
     slurm = slurm or SlurmRequest()
     if launcher == "slurm":  # every point's nodes hold its ranks: refused before any job
@@ -176,7 +179,7 @@ def run_sweep(config: str, grid: list[str], overrides: list[str], *, sweep_dir: 
         done = {row["run_dir"]: row for row in sweep.read_rows() if row["status"] == "ok"}
     except ValueError as e:
         raise UserError(f"{e}; this sweep cannot continue it: use another --dir") from None
-    root.mkdir(parents=True, exist_ok=True)
+    make_output_dir(root, label)
     rows: dict[str, dict] = {}
     todo = []
     for p in points:

@@ -42,6 +42,7 @@ from dba3c.launchers.tuning import (
     setting_overrides,
     start_values,
 )
+from dba3c.outputs import check_output_file
 from dba3c.preset import apply_overrides, load_config
 from dba3c.training.rundir import write_atomic
 
@@ -178,6 +179,8 @@ def tune_command(config: str, overrides: list[str], *, seconds: float,
                         f"seconds")
     if write is not None and Path(write).exists():
         raise UserError(f"--write {write} exists; give a new file")
+    if write is not None:
+        check_output_file(write, f"--write {write}")
     cfg = load_config(config, overrides)
     num_cpus = num_cpus or len(bound_cpus())
     state_path = Path(state) if state else default_state_path(config)

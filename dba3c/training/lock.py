@@ -44,6 +44,7 @@ from pathlib import Path
 from types import TracebackType
 
 from dba3c.errors import UserError
+from dba3c.outputs import make_output_dir, refusals
 from dba3c.training.rundir import RunDir, disk_space_checked
 
 # squeue's states of a job whose processes may still run (a requeued job is PENDING)
@@ -128,7 +129,8 @@ class RunLock:
     holder, and says on stderr when it takes over from a run that is over.
 
     Args:
-      run_dir: the run directory (made if missing). job: this process's Slurm job id.
+      run_dir: the run directory (made if missing; a UserError when it cannot be: a file, a
+        directory this user cannot write in). job: this process's Slurm job id.
       job_running: whether a Slurm job runs (:func:`slurm_job_running`; tests pass fakes).
     """
 
@@ -141,10 +143,12 @@ class RunLock:
 
     def __enter__(self) -> RunLock:
         me = Holder.this_process(self.job)
+        label = f"run.dir={self.run_dir.path}"
         with disk_space_checked(self.path):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            while self._fd is None:  # again if another run replaced the file meanwhile
-                self._fd = self._take(me)
+            make_output_dir(self.path.parent, label)
+            with refusals(label):
+                while self._fd is None:  # again if another run replaced the file meanwhile
+                    self._fd = self._take(me)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,

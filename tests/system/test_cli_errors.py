@@ -12,6 +12,9 @@ import pytest
 from tests.support import dba3c
 
 BAD_YAML = "env:\n  id: breakout\n  num_envs: [1, 2\n"
+# a run that trains for a moment, should a refusal it must meet not come
+TINY = ["model.kind=a3c_ff", "debug.synthetic_data=true", "train.batch_size=4",
+        "train.max_steps=4", "eval.every=0", "run.progress=none"]
 
 
 def snapshot(directory: Path) -> dict[str, str]:
@@ -31,7 +34,8 @@ def trained_run(tmp_path_factory) -> Path:
 
 
 CASES = [
-    # (arguments, fragment the one-line message must contain)
+    # (arguments, fragment the one-line message must contain, or a tuple of fragments;
+    # {bad_yaml}: an existing file, {run}: an existing run directory)
     (["train", "configs/nope.yaml"], "'configs/nope.yaml' not found"),
     (["train", "{bad_yaml}"], "malformed YAML"),
     (["train", "configs"], "is a directory"),
@@ -91,6 +95,17 @@ CASES = [
     (["evaluate", "{run}", "--episodes", "0"], "--episodes 0 must be at least 1"),
     (["evaluate", "{run}", "eval.max_frames=0"], "eval.max_frames=0 must be"),
     (["evaluate", "{run}", "model.hidden=64"], "does not match model.kind=a3c_ff"),
+    # where output goes: a file where a directory must be, a directory no one can write in
+    (["train", "configs/breakout.yaml", "run.dir={bad_yaml}", *TINY],
+     "run.dir={bad_yaml} is a file; it must be a directory"),
+    (["train", "configs/breakout.yaml", "run.dir=/sys/dba3c-run", *TINY],
+     ("error: run.dir=/sys/dba3c-run", "cannot be written", "this user can write in")),
+    (["table", "{run}", "--out", "{bad_yaml}"], "--out {bad_yaml} is a file"),
+    (["plot", "{run}", "--out", "{bad_yaml}"], "--out {bad_yaml} is a file"),
+    (["sweep", "configs/breakout.yaml", "--grid", "run.seed=0,1", "--dir", "{bad_yaml}",
+      *TINY], "--dir {bad_yaml} is a file"),
+    (["doctor", "--config", "configs/breakout.yaml", "--json", "{run}/missing/dir/x.json"],
+     "--json {run}/missing/dir/x.json: its directory {run}/missing/dir does not exist"),
     # NaN and infinity: refused for every float key, saying what 0 means where it means more
     (["describe", "configs/breakout.yaml", "--workers", "2", "train.max_seconds=.nan"],
      "train.max_seconds=nan must be a finite number >= 0 (0 = no limit)"),
@@ -116,17 +131,24 @@ def test_bad_input_is_one_line_error_exit_2(args, fragment, tmp_path, trained_ru
     bad.write_text(BAD_YAML)
     run = tmp_path / "existing"
     shutil.copytree(trained_run, run)
-    args = [a.replace("{bad_yaml}", str(bad)).replace("{run}", str(run)) for a in args]
+
+    def fill(text: str) -> str:
+        return text.replace("{bad_yaml}", str(bad)).replace("{run}", str(run))
+
+    args = [fill(a) for a in args]
+    fragments = [fill(f) for f in (fragment if isinstance(fragment, tuple) else (fragment,))]
     before = snapshot(run)
-    if args[0] in ("train", "launch") and len(args) > 1 and "--workers" not in args[1:2]:
+    if args[0] in ("train", "launch") and len(args) > 1 and "--workers" not in args[1:2] \
+            and not any(a.startswith("run.dir=") for a in args):
         args.append(f"run.dir={run}")  # point at an existing run: it must stay untouched
     proc = dba3c(*args, check=False, timeout=120)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    assert fragment in lines[0]
+    assert all(f in lines[0] for f in fragments), lines[0]
     assert "Traceback" not in proc.stderr
     assert snapshot(run) == before
+    assert bad.read_text() == BAD_YAML
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "other_model"])

@@ -115,3 +115,16 @@ def test_malformed_state_file_is_refused(tmp_path):
         tune_command("configs/cartpole.yaml", [], seconds=60.0, trial_seconds=1.0,
                      write=None, state=str(state), measure=fake_measure, num_cpus=2)
     assert state.read_text() == '{"format": "something else"}'
+
+
+def test_write_into_a_missing_directory_is_refused_before_any_trial(tmp_path):
+    def no_measure(setting: Setting, trial_s: float) -> float:
+        raise AssertionError("measured before the --write check")
+
+    write = tmp_path / "missing" / "node.yaml"
+    with pytest.raises(UserError, match=f"^--write {write}: its directory {write.parent} does "
+                                        f"not exist"):
+        tune_command("configs/cartpole.yaml", [], seconds=60.0, trial_seconds=1.0,
+                     write=str(write), state=str(tmp_path / "s.json"), measure=no_measure,
+                     num_cpus=2)
+    assert list(tmp_path.iterdir()) == []

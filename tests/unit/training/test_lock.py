@@ -185,3 +185,16 @@ def test_a_flock_held_before_the_holder_wrote_its_record_refuses_as_a_starting_r
             RunLock(run, None).__enter__()
     finally:
         os.close(stale)
+
+
+def test_a_run_dir_that_is_a_file_or_cannot_be_written_is_refused_naming_it(tmp_path):
+    file = tmp_path / "notes.txt"
+    file.write_text("keep me")
+    with pytest.raises(UserError, match=f"^run.dir={file} is a file; it must be a directory"):
+        RunLock(file, None).__enter__()
+    with pytest.raises(UserError, match=f"^run.dir={file}/run: {file} is a file"):
+        RunLock(file / "run", None).__enter__()
+    assert file.read_text() == "keep me"
+    # a directory not even root may write in
+    with pytest.raises(UserError, match=r"^run.dir=/sys/dba3c-run(: /sys)? cannot be written"):
+        RunLock("/sys/dba3c-run", None).__enter__()
