@@ -8,18 +8,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import NoReturn
 
-from dba3c.errors import UserError, exit_code
+from dba3c.errors import OneLineParser, UserError, exit_code
 from dba3c.launchers.slurm_site import add_slurm_args
 from dba3c.learning.tflog import quiet_tensorflow
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports problems as one-line UserErrors instead of usage dumps."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UserError(f"{message} (see `{self.prog} --help`)")
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -46,8 +38,8 @@ def counts(text: str) -> tuple[int, ...]:
 
 def make_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
-    parser = _Parser(prog="dba3c", description="Distributed synchronous BA3C for Atari.")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+    parser = OneLineParser(prog="dba3c", description="Distributed synchronous BA3C for Atari.")
+    sub = parser.add_subparsers(dest="command", parser_class=OneLineParser, metavar="COMMAND")
     sub.required = True
 
     p = sub.add_parser("train", help="train (one process, or one rank under mpiexec/srun)")

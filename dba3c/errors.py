@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 
 class UserError(Exception):
@@ -32,6 +34,13 @@ class Interrupted(Exception):
     def __init__(self, signum: int, detail: str = ""):
         super().__init__(f"interrupted; {detail}" if detail else "interrupted")
         self.signum, self.detail = signum, detail
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports problems as one-line UserErrors instead of usage dumps."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"{message} (see `{self.prog} --help`)")
 
 
 def exit_code(run: Callable[[], int]) -> int:

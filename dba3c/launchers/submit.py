@@ -17,6 +17,8 @@ the job requeues itself; the requeued job resumes from the run directory.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import itertools
 import json
 import os
@@ -28,7 +30,7 @@ import submitit
 
 from dba3c.config import overrides_files
 from dba3c.distributed.roles import make_roles
-from dba3c.errors import UserError
+from dba3c.errors import OneLineParser, UserError, exit_code
 from dba3c.launchers.slurm_site import (
     MARGIN_MIN,
     SlurmSite,
@@ -92,6 +94,36 @@ def point_name(index: int, combo: list[str]) -> str:
     return f"{index:03d}-" + "-".join(c.replace("=", "_").replace("/", "_") for c in combo)
 
 
+def sbatch_message(stderr: str) -> str:
+    """The line of sbatch's output that says why it refused a job: the last one naming an
+    error, else the last one."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or ["(no message)"])[-1]
+
+
+def submit_all(executor: submitit.AutoExecutor, calls: list[TrainJob]) -> list:
+    """Submit ``calls`` as one batch (a job array when several); the submitit jobs. sbatch
+    refusing them (a wrong account, partition, QOS or time limit) is a UserError quoting
+    sbatch's own message."""
+    errors = io.StringIO()
+    slurm = executor.cluster == "slurm"
+    try:  # submitit prints sbatch's refusal itself too: kept for the one line below
+        with contextlib.redirect_stderr(errors) if slurm else contextlib.nullcontext():
+            with executor.batch():
+                jobs = [executor.submit(call) for call in calls]
+    except submitit.core.utils.FailedJobError as e:
+        raise UserError(f"sbatch refused the job: {sbatch_message(str(e) or errors.getvalue())}"
+                        f" (check --account, --partition, --qos, --time and --slurm)") from None
+    except FileNotFoundError as e:
+        if e.filename != "sbatch":
+            raise
+        raise UserError("sbatch is not on PATH: run where Slurm's client commands are, or use "
+                        "--cluster local") from None
+    print(errors.getvalue(), end="", file=sys.stderr)  # whatever a submission that went says
+    return jobs
+
+
 def make_executor(*, folder: str, cluster: str | None, nodes: int, tasks_per_node: int,
                   minutes: int, signal_delay: int = 120, max_requeues: int = 3,
                   site: SlurmSite | None = None,
@@ -126,7 +158,7 @@ def make_executor(*, folder: str, cluster: str | None, nodes: int, tasks_per_nod
 
 def make_parser() -> argparse.ArgumentParser:
     """Arguments of the submitit launcher."""
-    p = argparse.ArgumentParser(prog="dba3c submit", description=__doc__.split("\n")[0])
+    p = OneLineParser(prog="dba3c submit", description=__doc__.split("\n")[0])
     p.add_argument("config")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     p.add_argument("--overrides", action="append", default=[], dest="overrides_files",
@@ -171,19 +203,18 @@ def submit(args: argparse.Namespace) -> list:
     if executor.cluster != "slurm" and world > 1:
         raise UserError(f"--cluster {executor.cluster} runs one process; use --nodes 1 "
                         f"--tasks-per-node 1 (asked for {world} tasks)")
-    with executor.batch():
-        jobs = [executor.submit(job) for job in jobs_args]
-    return jobs
+    return submit_all(executor, jobs_args)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Submit; with ``--wait`` print each job's rank-0 summary."""
+    """Submit; with ``--wait`` print each job's rank-0 summary. Bad input (an argument, the
+    config, sbatch's refusal): one ``error:`` line, exit code 2."""
+    return exit_code(lambda: _submit_and_report(argv))
+
+
+def _submit_and_report(argv: list[str] | None) -> int:
     args = make_parser().parse_intermixed_args(argv)
-    try:
-        jobs = submit(args)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    jobs = submit(args)
     for job in jobs:
         print(f"submitted job {job.job_id} (logs in {job.paths.folder})", flush=True)
     if args.wait:

@@ -119,7 +119,7 @@ def run_slurm(points: list[Point], config: str, sweep_dir: Path,
     wait; exit code per point."""
     import submitit
 
-    from dba3c.launchers.submit import TrainJob, make_executor
+    from dba3c.launchers.submit import TrainJob, make_executor, submit_all
 
     codes = []
     by_shape: dict[tuple[int, int], list[Point]] = {}
@@ -133,9 +133,8 @@ def run_slurm(points: list[Point], config: str, sweep_dir: Path,
                                  cluster="slurm", nodes=nodes,
                                  tasks_per_node=request.tasks_per_node, minutes=minutes,
                                  site=request.site, cpus_per_task=request.cpus_per_task)
-        with executor.batch():
-            for p in group:
-                jobs[p.name] = executor.submit(TrainJob(config, p.overrides))
+        submitted = submit_all(executor, [TrainJob(config, p.overrides) for p in group])
+        jobs.update({p.name: job for p, job in zip(group, submitted)})
     for p in points:
         job = jobs[p.name]
         print(f"sweep: {p.name}: Slurm job {job.job_id}", file=sys.stderr, flush=True)

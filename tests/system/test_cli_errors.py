@@ -4,6 +4,7 @@ exit code 2, no traceback, and nothing in an existing run directory changes."""
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from pathlib import Path
 
@@ -115,6 +116,8 @@ CASES = [
      "train.lr=nan must be a finite number in (0, 1]"),
     (["submit", "configs/breakout.yaml", "train.max_seconds=.inf", "--cluster", "local"],
      "train.max_seconds=inf must be a finite number"),
+    (["submit", "configs/breakout.yaml", "--time", "abc"],
+     "argument --time: invalid int value: 'abc' (see `dba3c submit --help`)"),
     (["describe", "configs/breakout.yaml", "env.id=nosuchgamexyz"],
      "is not an ALE ROM (the ROM names: adventure, air_raid, alien,"),
     (["describe", "configs/breakout.yaml", "env.id=ALE/Breakout-v5"],
@@ -185,3 +188,29 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous(tmp_path, trained_
                  "train.max_seconds=0", "eval.every=0", "run.progress=none")
     assert "corrupt or truncated" in proc.stderr and "older checkpoint" in proc.stderr
     assert "step-0000000006.ckpt" in {p.name for p in (run / "checkpoints").iterdir()}
+
+
+def test_sbatch_refusing_the_job_is_one_line_quoting_sbatch(tmp_path):
+    # a site's sbatch refusing the account (srun and sinfo: what chooses the PMI plugin and
+    # the CPUs per task asks them)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(
+        "#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Invalid account or "
+        "account/partition combination specified' >&2\nexit 1\n")
+    (bin_dir / "srun").write_text("#!/bin/sh\necho 'srun: MPI types are...'\n"
+                                  "echo 'srun: none'\necho 'srun: pmi2'\necho 'srun: pmix_v4'\n")
+    (bin_dir / "sinfo").write_text("#!/bin/sh\nexit 1\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    for grid in ([], ["--grid", "run.seed=0,1"]):  # one job, and a job array
+        proc = dba3c("submit", "configs/cartpole.yaml", "--cluster", "slurm", "--account",
+                     "nope", "--folder", tmp_path / "submitit/%j", f"run.dir={tmp_path}/run",
+                     *grid, check=False, env={"PATH": path}, timeout=120)
+        errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert errors == ["error: sbatch refused the job: sbatch: error: Batch job submission "
+                          "failed: Invalid account or account/partition combination specified "
+                          "(check --account, --partition, --qos, --time and --slurm)"]
+        assert "sbatch: error" not in proc.stderr.replace(errors[0], "")  # said once
