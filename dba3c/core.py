@@ -6,6 +6,7 @@
   ``training.runner.LocalParameterServer`` serves one process,
   ``distributed.ps.client.RemoteParameterClient`` talks to parameter-server ranks; tests drop
   in either.
+- :class:`WorkersClient`: a store that takes the gradients of several emulated workers a step.
 - :class:`StagedClient` and :class:`Incoming`: a parameter store that takes the gradient and
   hands out the next parameters bucket by bucket
   (``distributed.collective.client.CollectiveClient``).
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -43,6 +44,16 @@ class ParameterClient(Protocol):
     def push(self, version: int, grad: np.ndarray) -> Params | None:
         """Send a gradient computed at ``version``; return the newest complete parameters
         to train on next, or None when the run is over."""
+
+
+@runtime_checkable
+class WorkersClient(ParameterClient, Protocol):
+    """A parameter store that takes several workers' gradients a step
+    (``training.runner.LocalParameterServer`` of W emulated workers,
+    ``dist.emulate_workers``): ``offer`` each of them but the last, ``push`` the last."""
+
+    def offer(self, version: int, grad: np.ndarray) -> None:
+        """One worker's gradient computed at ``version``, not the step's last."""
 
 
 class Incoming(Protocol):

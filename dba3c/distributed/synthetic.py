@@ -100,12 +100,12 @@ class SyntheticWorker(Worker):
         self.buckets = ShardPlan(layout.num_params, 1, layer_buckets(layout))
         syn = cfg.synthetic
         self.factor = syn.slow_factor if rank in slow_ranks(workers, syn.slow_workers) else 1.0
-        self.next_batch = self._empty_batch  # the base class times compute_gradient
+        self.next_batches = self._empty_batches  # the base class times compute_gradient
 
-    def _empty_batch(self, version: int) -> Batch:
+    def _empty_batches(self, version: int) -> list[Batch]:
         n = self.cfg.train.batch_size  # data points the modelled worker would train on
-        return Batch(np.empty((n, 0), np.uint8), np.zeros(n, np.int32),
-                     np.zeros(n, np.float32), np.full(n, version, np.int64))
+        return [Batch(np.empty((n, 0), np.uint8), np.zeros(n, np.int32),
+                      np.zeros(n, np.float32), np.full(n, version, np.int64))]
 
     def _compute_seconds(self, version: int) -> float:
         syn = self.cfg.synthetic

@@ -1,7 +1,8 @@
 """What a worker computes, without I/O: the network, the loss and the update rules.
 
   rl.py       n-step returns, the A3C loss's pieces, action sampling (pure NumPy/TensorFlow math)
-  rollout.py  RolloutAssembler: simulator steps -> n-step data points -> mini-batches
+  rollout.py  RolloutAssembler: simulator steps -> n-step data points -> mini-batches;
+              GroupedAssembler: one per group of simulators (W emulated workers)
   models.py   NetSpec: the paper's network, A3C-FF and an MLP as pure layer specs; forward
   params.py   the flat parameter vector: layout, shards (ShardPlan), per-layer buckets
   learner.py  Learner: TensorFlow predict, gradient, staged gradient, parameter loading

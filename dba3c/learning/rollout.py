@@ -8,10 +8,15 @@ sent for the final observation are meaningless, so it never enters training data
 ``env.episodic_life`` the step after a lost life is a real one; it is left out the same way,
 one transition per life.)
 Each data point is (s_t, a_t, R_t, version), version being the parameter version that acted.
+
+:class:`GroupedAssembler` feeds the actor's simulators to one :class:`RolloutAssembler` per
+worker: one group of envs a worker, W groups when one process emulates W workers
+(``dist.emulate_workers``); a bundle, one mini-batch of every group, is a step's data.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,3 +90,60 @@ class RolloutAssembler:
                                  np.array([p[2] for p in points], np.float32),
                                  np.array([p[3] for p in points], np.int64)))
         return batches
+
+
+class GroupedAssembler:
+    """The mini-batches of ``groups`` workers from one pool of ``groups x num_envs``
+    simulators: env e is env ``e % num_envs`` of group ``e // num_envs``, and each group has
+    its own :class:`RolloutAssembler`, so it makes its own mini-batches of ``batch_size`` from
+    its own envs, as a worker does. :meth:`pop_bundles` hands out one mini-batch of every group
+    at a time (each group's oldest first); a group ahead of the others keeps its batches until
+    every group has one. One group: exactly a worker's :class:`RolloutAssembler`."""
+
+    def __init__(self, groups: int, num_envs: int, *, t_max: int, gamma: float,
+                 reward_clip: float, batch_size: int):
+        self.num_envs = num_envs
+        self.groups = [RolloutAssembler(num_envs, t_max=t_max, gamma=gamma,
+                                        reward_clip=reward_clip, batch_size=batch_size)
+                       for _ in range(groups)]
+        self._made: list[deque[Batch]] = [deque() for _ in range(groups)]
+        self._split: tuple[Step | None, list[tuple[int, np.ndarray | slice, Step]]] = (None, [])
+
+    def observe(self, step: Step, v_tp1: np.ndarray) -> None:
+        """:meth:`RolloutAssembler.observe` for each group's envs in ``step``."""
+        for g, rows, sub in self._by_group(step):
+            self.groups[g].observe(sub, v_tp1[rows])
+
+    def act(self, step: Step, a_t: np.ndarray, version: int) -> None:
+        """:meth:`RolloutAssembler.act` for each group's envs in ``step``."""
+        for g, rows, sub in self._by_group(step):
+            self.groups[g].act(sub, a_t[rows], version)
+
+    def pop_bundles(self) -> list[list[Batch]]:
+        """Every complete bundle so far: one mini-batch of each group, in group order."""
+        for made, group in zip(self._made, self.groups):
+            made.extend(group.pop_batches())
+        ready = min(len(made) for made in self._made)
+        return [[made.popleft() for made in self._made] for _ in range(ready)]
+
+    def _by_group(self, step: Step) -> list[tuple[int, np.ndarray | slice, Step]]:
+        """(group, the rows of ``step`` that are its envs, those rows as the group's Step);
+        the same split for observe and act of one step."""
+        if len(self.groups) == 1:
+            return [(0, slice(None), step)]
+        if self._split[0] is not step:
+            self._split = (step, split_by_group(step, self.num_envs))
+        return self._split[1]
+
+
+def split_by_group(step: Step, num_envs: int) -> list[tuple[int, np.ndarray | slice, Step]]:
+    """The envs of ``step`` by group of ``num_envs`` (env e is env ``e % num_envs`` of group
+    ``e // num_envs``): (group, the rows of ``step``, those rows with the group's env ids)."""
+    group = np.asarray(step.env_ids) // num_envs
+    parts: list[tuple[int, np.ndarray | slice, Step]] = []
+    for g in np.unique(group):
+        rows = np.flatnonzero(group == g)
+        parts.append((int(g), rows, Step(step.obs[rows], step.r_t[rows], step.terminated[rows],
+                                         step.truncated[rows], step.env_ids[rows] - g * num_envs,
+                                         step.lives[rows])))
+    return parts

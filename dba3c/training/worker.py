@@ -6,6 +6,12 @@ n-step data points. Full mini-batches go through a bounded queue to the trainer 
 runs in the calling (main) thread: gradient on the newest parameters, push it to the
 parameter store, load the parameters it returns. Simulation and prediction keep going while
 the trainer computes or waits for parameters.
+
+A worker that emulates W synchronous workers (``dist.emulate_workers``) plays W groups of
+``env.num_envs`` simulators in one pool; each group makes its own mini-batches
+(:class:`~dba3c.learning.rollout.GroupedAssembler`), and a step computes one gradient per
+group (each clipped, as on its own worker) and hands them all to the store, which averages
+them as a parameter server does.
 """
 
 from __future__ import annotations
@@ -20,11 +26,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dba3c.config import Config
-from dba3c.core import ParameterClient, Params
+from dba3c.core import ParameterClient, Params, WorkersClient
 from dba3c.errors import TrainingError
 from dba3c.games.envs import EnvPool, ScoreTracker
 from dba3c.learning.rl import sample_actions
-from dba3c.learning.rollout import Batch, RolloutAssembler
+from dba3c.learning.rollout import Batch, GroupedAssembler
 from dba3c.training.faults import with_faults, with_rank_faults
 from dba3c.training.profiling import Laps, WorkerLaps
 from dba3c.training.report import Losses, Seconds, WorkerReport
@@ -43,13 +49,14 @@ StagedInput = tuple[Batch, BeforeForward, AfterBackward]
 
 
 class Actor(threading.Thread):
-    """Simulators + batched predictor, producing mini-batches into ``out``."""
+    """Simulators + batched predictor, producing bundles into ``out``: one mini-batch of each
+    group of simulators (a list of one Batch for a worker that emulates no others)."""
 
     # sections of the loop (see _loop) that make up time/predict and time/emulate
     PREDICT_SECTIONS = ("predict", "sample", "send")
     EMULATE_SECTIONS = ("emulator recv", "copy obs")
 
-    def __init__(self, pool: EnvPool, learner: Learner, assembler: RolloutAssembler,
+    def __init__(self, pool: EnvPool, learner: Learner, assembler: GroupedAssembler,
                  out: queue.Queue, *, seed: int, episodic_life: bool,
                  laps: Laps | None = None):
         super().__init__(name="actor", daemon=True)
@@ -92,10 +99,10 @@ class Actor(threading.Thread):
             lap("send")
             self.assembler.observe(step, v)  # close transitions that led to these states
             self.assembler.act(step, a_t, version)
-            batches = self.assembler.pop_batches()
+            bundles = self.assembler.pop_bundles()
             lap("assemble")
-            for batch in batches:
-                self._put(batch)
+            for bundle in bundles:
+                self._put(bundle)
             lap("queue put")
             step = self.pool.recv()
             lap("emulator recv")
@@ -105,10 +112,10 @@ class Actor(threading.Thread):
             self.scores.update(step)
             lap("scores")
 
-    def _put(self, batch: Batch) -> None:
+    def _put(self, bundle: list[Batch]) -> None:
         while not self.stopping.is_set():
             try:
-                self.out.put(batch, timeout=0.1)
+                self.out.put(bundle, timeout=0.1)
                 return
             except queue.Full:
                 continue
@@ -120,17 +127,25 @@ class Worker:
     Args:
       cfg: the whole Config. rank: this rank (seeds, fault injection).
       learner: the network. pool: the simulators, or None with ``debug.synthetic_data``.
+      groups: the ranks of the workers this one stands for, one group of simulators and one
+        mini-batch a step each (``dist.emulate_workers``: the W workers' ranks in the real
+        run, :func:`~dba3c.distributed.roles.emulated_roles`, whose synthetic mini-batches
+        they get); None: this rank alone.
     """
 
     def __init__(self, cfg: Config, rank: int, learner: Learner, pool: EnvPool | None,
-                 laps: WorkerLaps | None = None):
+                 laps: WorkerLaps | None = None, groups: tuple[int, ...] | None = None):
         self.cfg, self.rank, self.learner = cfg, rank, learner
+        self.groups = groups or (rank,)
         self.laps = laps or WorkerLaps()
         self.batches: queue.Queue = queue.Queue(maxsize=cfg.train.queue_size)
         self.actor = None
         if pool is not None:
-            assembler = RolloutAssembler(pool.num_envs, t_max=cfg.train.t_max,
-                                         gamma=cfg.train.gamma,
+            if pool.num_envs % len(self.groups):
+                raise ValueError(f"{pool.num_envs} simulators do not split into "
+                                 f"{len(self.groups)} groups")
+            assembler = GroupedAssembler(len(self.groups), pool.num_envs // len(self.groups),
+                                         t_max=cfg.train.t_max, gamma=cfg.train.gamma,
                                          reward_clip=cfg.train.reward_clip,
                                          batch_size=cfg.train.batch_size)
             self.actor = Actor(pool, learner, assembler, self.batches,
@@ -138,8 +153,10 @@ class Worker:
                                episodic_life=cfg.env.episodic_life, laps=self.laps.actor)
         self.data_points = 0
         self.t_compute = self.t_wait_data = self.t_wait_params = 0.0
-        self.next_batch = self._synthetic_batch if self.actor is None else self._actor_batch
-        """The next mini-batch for the parameters of a version (waits for the actor)."""
+        self.next_batches = (self._synthetic_batches if self.actor is None
+                             else self._actor_batches)
+        """The next step's mini-batches, one per group, for the parameters of a version
+        (waits for the actor)."""
         self._gradient = with_faults(cfg.debug, rank, self.compute_gradient)
         self._staged_gradient = with_rank_faults(cfg.debug, rank, self.compute_staged_gradient)
 
@@ -161,9 +178,9 @@ class Worker:
         parameters received. Leaves the actor running."""
         lap = self.laps.trainer.lap
         for _ in itertools.count() if max_steps is None else range(max_steps):
-            batch = self.next_batch(params.version)
+            batches = self.next_batches(params.version)
             lap("wait data")
-            grad, losses = self.gradient(batch, params.version)
+            grad, losses = self.step_gradient(client, batches, params.version)
             lap("gradient")
             t0 = time.perf_counter()
             new = client.push(params.version, grad)
@@ -172,7 +189,8 @@ class Worker:
             if new is None:
                 return None
             self.check_streak(new.nonfinite_streak, new.version)
-            lag = float(params.version - batch.version.mean())  # updates since acting
+            # updates since acting
+            lag = float(params.version - np.mean([b.version.mean() for b in batches]))
             params = new
             self.learner.set_params(params.theta, params.version)
             lap("assign")
@@ -212,12 +230,17 @@ class Worker:
         elif self.actor is not None and self.actor.ident is None:  # never started
             self.actor.pool.close()
 
-    def _synthetic_batch(self, version: int) -> Batch:
-        return synthetic_batch(self.learner.spec, self.cfg.train.batch_size,
-                               (self.cfg.run.seed, self.rank, version))
+    def next_batch(self, version: int) -> Batch:
+        """The next mini-batch of a worker of one group (:attr:`next_batches`)."""
+        [batch] = self.next_batches(version)
+        return batch
 
-    def _actor_batch(self, version: int) -> Batch:
-        """The actor's next mini-batch (``version``: the synthetic data's key, unused here)."""
+    def _synthetic_batches(self, version: int) -> list[Batch]:
+        return [synthetic_batch(self.learner.spec, self.cfg.train.batch_size,
+                                (self.cfg.run.seed, rank, version)) for rank in self.groups]
+
+    def _actor_batches(self, version: int) -> list[Batch]:
+        """The actor's next bundle (``version``: the synthetic data's key, unused here)."""
         actor = self.actor
         assert actor is not None, "chosen at start-up only with simulators"
         t0 = time.perf_counter()
@@ -225,12 +248,35 @@ class Worker:
             if actor.error is not None:
                 raise RuntimeError(f"actor thread failed: {actor.error!r}") from actor.error
             try:
-                batch = self.batches.get(timeout=0.5)
+                bundle = self.batches.get(timeout=0.5)
                 break
             except queue.Empty:
                 continue
         self.t_wait_data += time.perf_counter() - t0
-        return batch
+        return bundle
+
+    def step_gradient(self, client: ParameterClient, batches: list[Batch],
+                      version: int) -> tuple[np.ndarray, dict]:
+        """The gradient of a step at ``version`` and its losses: of its one mini-batch, or
+        (emulated workers) of each group's, each by :meth:`gradient` (clipped, as on its own
+        worker); all but the last go to the store as they are made (``client.offer``: it
+        sums them as a parameter server sums its workers'), the last is returned for
+        ``push``, and the losses are the groups' mean."""
+        *firsts, last = batches
+        every_losses = []
+        if firsts:
+            if not isinstance(client, WorkersClient):
+                raise TypeError(f"{len(batches)} mini-batches a step need a store that takes "
+                                f"several gradients a step (WorkersClient)")
+            for batch in firsts:
+                grad, losses = self.gradient(batch, version)
+                client.offer(version, grad)
+                every_losses.append(losses)
+        grad, losses = self.gradient(last, version)
+        if not every_losses:
+            return grad, losses
+        every_losses.append(losses)
+        return grad, {k: float(np.mean([each[k] for each in every_losses])) for k in losses}
 
     def gradient(self, batch: Batch, version: int) -> tuple[np.ndarray, dict]:
         """The gradient of ``batch`` on the parameters of ``version`` and the losses, with this

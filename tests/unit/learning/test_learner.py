@@ -19,7 +19,7 @@ from dba3c.games.envs import EnvPool, Step
 from dba3c.learning.learner import Learner
 from dba3c.learning.models import NetSpec
 from dba3c.learning.params import layer_buckets
-from dba3c.learning.rollout import RolloutAssembler
+from dba3c.learning.rollout import GroupedAssembler
 from dba3c.training.worker import Actor, synthetic_batch
 
 SPEC = NetSpec("mlp", 16, (4,), 3)  # 8 variables: fc0, fc1, policy, value (kernel, bias)
@@ -161,11 +161,11 @@ def test_the_actor_tags_each_data_point_with_the_version_that_predicted():
     learner.set_params(theta[2], 0)
     pool = NewVersionAfterEachPrediction(learner, theta, num_steps=13)
     out: queue.Queue = queue.Queue()
-    assembler = RolloutAssembler(1, t_max=3, gamma=0.5, reward_clip=0.0, batch_size=3)
+    assembler = GroupedAssembler(1, 1, t_max=3, gamma=0.5, reward_clip=0.0, batch_size=3)
     pool.actor = Actor(pool.as_pool(), learner, assembler, out, seed=0, episodic_life=False)
     pool.actor.run()  # in this thread: it returns when the pool stops it
     assert pool.actor.error is None
-    batches = [out.get_nowait() for _ in range(out.qsize())]
+    batches = [batch for _ in range(out.qsize()) for batch in out.get_nowait()]
     states = np.concatenate([b.obs[:, 0] for b in batches])
     versions = np.concatenate([b.version for b in batches])
     # the state at step t was predicted on version t (loaded after the prediction at t - 1)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from dba3c.games.envs import Step
-from dba3c.learning.rollout import RolloutAssembler
+from dba3c.learning.rollout import Batch, GroupedAssembler, RolloutAssembler
 
 
 def make_step(env_ids, obs, r=None, terminated=(), truncated=()) -> Step:
@@ -168,3 +168,43 @@ def test_batches_hold_batch_size_points_oldest_first_and_keep_the_rest():
         feed(asm, make_step([0], [t], r=[1.0]), [0.0])
     (batch,) = asm.pop_batches()
     assert batch.obs[:, 0].tolist() == [4, 5, 6, 7]
+
+
+def test_each_group_of_envs_makes_the_mini_batches_a_worker_of_its_own_would_make():
+    """GroupedAssembler over 2 groups of 3 envs (ids 0-5), fed random asynchronous subsets
+    with episode ends (an observation is 100 t + env id): each group's mini-batches are
+    those of a lone RolloutAssembler fed only that group's envs (renumbered 0-2), and a
+    bundle holds one of each group, in order."""
+    rng = np.random.default_rng(3)
+    grouped = GroupedAssembler(2, 3, t_max=3, gamma=0.9, reward_clip=1.0, batch_size=4)
+    alone = [RolloutAssembler(3, t_max=3, gamma=0.9, reward_clip=1.0, batch_size=4)
+             for _ in range(2)]
+    t = 0
+    bundles: list[list[Batch]] = []
+    made: list[list[Batch]] = [[], []]
+    for version in range(60):
+        ids = np.sort(rng.choice(6, size=3, replace=False))
+        t += 1
+        step = make_step(ids, 100 * t + ids, r=rng.normal(size=3) * 2,
+                         terminated=ids[rng.random(3) < 0.1])
+        v = rng.normal(size=3).astype(np.float32)
+        a = rng.integers(0, 4, 3)
+        grouped.observe(step, v)
+        grouped.act(step, a, version)
+        bundles += grouped.pop_bundles()
+        for g, asm in enumerate(alone):
+            rows = np.flatnonzero(ids // 3 == g)
+            sub = make_step(ids[rows] - 3 * g, step.obs[rows, 0], r=step.r_t[rows],
+                            terminated=ids[rows][step.terminated[rows]] - 3 * g)
+            asm.observe(sub, v[rows])
+            asm.act(sub, a[rows], version)
+            made[g] += asm.pop_batches()
+    assert len(bundles) == min(len(m) for m in made) >= 5
+    for i, bundle in enumerate(bundles):
+        assert len(bundle) == 2
+        for g, batch in enumerate(bundle):
+            want = made[g][i]
+            assert set((batch.obs[:, 0] % 100).astype(int)) <= {3 * g, 3 * g + 1, 3 * g + 2}
+            for got_field, want_field in ((batch.obs, want.obs), (batch.a, want.a),
+                                          (batch.R, want.R), (batch.version, want.version)):
+                np.testing.assert_array_equal(got_field, want_field)
