@@ -79,12 +79,17 @@ class TrainJob(submitit.helpers.Checkpointable):
 
 
 def grid_overrides(grid: list[str]) -> list[list[str]]:
-    """``["a.b=1,2", "c.d=x,y"]`` -> one override list per combination."""
-    axes = []
+    """``["a.b=1,2", "c.d=x,y"]`` -> one override list per combination; a key given twice is
+    a UserError (its values go in one ``--grid``)."""
+    axes, keys = [], set()
     for item in grid:
         key, sep, values = item.partition("=")
         if not sep or not values:
             raise UserError(f"--grid {item!r} must look like section.key=v1,v2")
+        if key in keys:
+            raise UserError(f"--grid {key} is given twice; give each key once, with all its "
+                            f"values (--grid {key}=v1,v2,...)")
+        keys.add(key)
         axes.append([f"{key}={v}" for v in values.split(",")])
     return [list(combo) for combo in itertools.product(*axes)] if axes else [[]]
 

@@ -118,6 +118,8 @@ CASES = [
      "train.max_seconds=inf must be a finite number"),
     (["submit", "configs/breakout.yaml", "--time", "abc"],
      "argument --time: invalid int value: 'abc' (see `dba3c submit --help`)"),
+    (["sweep", "configs/breakout.yaml", "--grid", "run.seed=0,1", "--grid", "run.seed=2"],
+     "--grid run.seed is given twice"),
     (["describe", "configs/breakout.yaml", "env.id=nosuchgamexyz"],
      "is not an ALE ROM (the ROM names: adventure, air_raid, alien,"),
     (["describe", "configs/breakout.yaml", "env.id=ALE/Breakout-v5"],
