@@ -246,6 +246,9 @@ def cmd_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+MAX_SEED = 2**31 - 1  # the largest --seed ale_py 0.12 takes (its reset refuses 2**31)
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """``dba3c evaluate``: the training run's evaluation, offline, from a checkpoint."""
     import json
@@ -259,6 +262,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     if args.episodes is not None and args.episodes < 1:
         raise UserError(f"--episodes {args.episodes} must be at least 1")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise UserError(f"--seed {args.seed} must be in [0, {MAX_SEED}]")
     for path in args.video:
         check_video_path(path)  # before minutes of play, not after
     ckpt, cfg = checkpoint.load_for_evaluation(args.path, args.overrides)

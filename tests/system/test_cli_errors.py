@@ -96,6 +96,7 @@ CASES = [
     (["evaluate", "{run}", "--episodes", "0"], "--episodes 0 must be at least 1"),
     (["evaluate", "{run}", "eval.max_frames=0"], "eval.max_frames=0 must be"),
     (["evaluate", "{run}", "model.hidden=64"], "does not match model.kind=a3c_ff"),
+    (["evaluate", "{run}", "--seed", "-5"], "--seed -5 must be in [0, 2147483647]"),
     # where output goes: a file where a directory must be, a directory no one can write in
     (["train", "configs/breakout.yaml", "run.dir={bad_yaml}", *TINY],
      "run.dir={bad_yaml} is a file; it must be a directory"),
