@@ -208,6 +208,11 @@ class DistConfig:
     workers: int = _opt(0, NON_NEGATIVE, "ranks computing gradients; 0 = from the world size")
     replicas_to_aggregate: int = _opt(0, NON_NEGATIVE, "gradients per step; 0 = all workers (W - "
                                       "k gives k backup workers)")
+    emulate_workers: int = _opt(0, NON_NEGATIVE, "W: `dba3c train` alone trains with the "
+                                "statistics of W sync workers: W groups of env.num_envs "
+                                "simulators, a mini-batch from each, one update on the mean of "
+                                "their W clipped gradients (the parameter server's); 0 = off. "
+                                "Needs dist.mode=sync, a world of one rank")
     chief_trains: bool = _opt(True, None, "rank 0 computes gradients too")
     stall_timeout: float = _opt(300.0, NON_NEGATIVE, "seconds without a global step before the "
                                 "chief ends the job naming the ranks it waits on; 0 = never "
@@ -503,6 +508,8 @@ def _cross_field_errors(cfg: Config, env_known: bool = True) -> list[str]:
         errors.append(f"dist.replicas_to_aggregate={cfg.dist.replicas_to_aggregate} has no "
                       f"meaning in dist.mode=async (use 0)")
     errors += _aggregation_errors(cfg)
+    if cfg.dist.emulate_workers:
+        errors += _emulation_errors(cfg)
     if cfg.synthetic.enabled:
         errors += _synthetic_errors(cfg)
     if cfg.run.wandb and importlib.util.find_spec("wandb") is None:
@@ -539,6 +546,24 @@ def _aggregation_errors(cfg: Config) -> list[str]:
     if not dist.chief_trains:
         errors.append(f"dist.chief_trains=false {needs_ps} (with collective aggregation the "
                       f"chief is a training rank)")
+    return errors
+
+
+def _emulation_errors(cfg: Config) -> list[str]:
+    """What one process emulating W synchronous workers (``dist.emulate_workers``) cannot do:
+    asynchronous updates, backup workers, synthetic-compute ranks."""
+    dist, key = cfg.dist, f"dist.emulate_workers={cfg.dist.emulate_workers}"
+    errors = []
+    if dist.mode == "async":
+        errors.append(f"{key} emulates synchronous workers: it needs dist.mode=sync")
+    if dist.replicas_to_aggregate not in (0, dist.emulate_workers):
+        errors.append(f"dist.replicas_to_aggregate={dist.replicas_to_aggregate} (backup "
+                      f"workers) has no meaning with {key}: every emulated worker's gradient "
+                      f"arrives (use 0)")
+    if cfg.synthetic.enabled:
+        errors.append(f"{key} computes real gradients in one process and "
+                      f"synthetic.enabled=true runs synthetic ranks under mpiexec (set one "
+                      f"of them off)")
     return errors
 
 

@@ -13,7 +13,7 @@ owners are the workers (:attr:`Roles.shard_owners`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from dba3c.errors import UserError
@@ -84,6 +84,10 @@ def make_roles(world_size: int, cfg: Config) -> Roles:
     """The layout for ``world_size`` ranks; UserError if it cannot hold one worker."""
     if world_size == 1:
         return Roles(1, (), (0,), None, 1)
+    if cfg.dist.emulate_workers:
+        raise UserError(f"dist.emulate_workers={cfg.dist.emulate_workers} emulates workers in "
+                        f"one process (`dba3c train` alone); a world of {world_size} ranks "
+                        f"runs real ones: set dist.emulate_workers=0")
     extra = (0 if cfg.dist.chief_trains else 1) + (1 if cfg.eval.rank else 0)
     num_workers = world_size - cfg.dist.ps - extra
     if num_workers < 1:
@@ -111,6 +115,18 @@ def make_roles(world_size: int, cfg: Config) -> Roles:
     first_worker = 1 + cfg.dist.ps + (1 if cfg.eval.rank else 0)
     workers = ((0,) if cfg.dist.chief_trains else ()) + tuple(range(first_worker, world_size))
     return Roles(world_size, ps, workers, evaluator, replicas, cfg.dist.aggregation)
+
+
+def emulated_roles(cfg: Config) -> Roles:
+    """The layout of the real synchronous run whose W workers one process emulates
+    (``dist.emulate_workers`` = W > 1): its worker ranks key the emulated workers' synthetic
+    mini-batches (``debug.synthetic_data``), so the emulation trains on the data of ``dba3c
+    launch CONFIG --workers W``. Without emulation (0 or 1): the single process's."""
+    workers = cfg.dist.emulate_workers
+    if workers <= 1:
+        return make_roles(1, cfg)
+    real = replace(cfg, dist=replace(cfg.dist, workers=workers, emulate_workers=0))
+    return make_roles(required_world_size(real, workers), real)
 
 
 def overlaps(cfg: Config) -> bool:

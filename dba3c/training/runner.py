@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import socket
 import sys
+from dataclasses import replace
 
 import numpy as np
 
 from dba3c.config import Config
 from dba3c.core import Params
 from dba3c.cpus import rank_lines
+from dba3c.distributed.roles import emulated_roles
+from dba3c.distributed.shard import ShardServer
 from dba3c.errors import UserError
 from dba3c.games.envs import env_spaces, make_env_pool
 from dba3c.learning.models import NetSpec, make_net_spec
-from dba3c.learning.optim import Optimizer, apply_update, make_optimizer
+from dba3c.learning.optim import Optimizer, make_optimizer
 from dba3c.learning.rules import OptimizerState
 from dba3c.training import checkpoint
 from dba3c.training.chief import Chief
@@ -32,32 +35,59 @@ from dba3c.training.report import WorkerReport
 
 class LocalParameterServer:
     """The whole parameter vector in this process: the single-node trainer's
-    :class:`~dba3c.core.ParameterClient`. Every gradient is applied as it comes (through
-    :func:`~dba3c.learning.optim.apply_update`, which skips a non-finite one)."""
+    :class:`~dba3c.core.ParameterClient` (and :class:`~dba3c.core.WorkersClient`). It is a
+    parameter server's own :class:`~dba3c.distributed.shard.ShardServer` holding all of theta
+    in sync mode with ``workers`` replicas: one worker's gradient is applied as it comes; with
+    W emulated workers (``dist.emulate_workers``) the step's first W - 1 gradients are
+    offered and the W-th pushed, and their mean is applied, as a parameter server of W
+    workers applies it (a non-finite gradient or mean is skipped,
+    :func:`~dba3c.learning.optim.apply_update`)."""
 
     def __init__(self, theta: np.ndarray, opt_state: OptimizerState, version: int,
-                 optimizer: Optimizer):
-        self.theta, self.opt_state, self.version = theta, opt_state, version
-        self.optimizer = optimizer
-        self.nonfinite_streak = self.nonfinite_skipped = 0
-        self._scratch = np.empty((2, theta.size), np.float32)
+                 optimizer: Optimizer, workers: int = 1):
+        self.shard = ShardServer(theta, opt_state, version, mode="sync", replicas=workers,
+                                 optimizer=optimizer)
+
+    @property
+    def theta(self) -> np.ndarray:
+        """The parameters (the store's own vector, updated in place)."""
+        return self.shard.theta_shard
+
+    @property
+    def opt_state(self) -> OptimizerState:
+        """The update rule's statistics."""
+        return self.shard.opt_state
+
+    @property
+    def version(self) -> int:
+        """Global steps applied."""
+        return self.shard.version
+
+    @property
+    def nonfinite_skipped(self) -> int:
+        """Updates skipped because the (mean) gradient was not finite."""
+        return self.shard.stats.nonfinite_skipped
 
     def pull(self) -> Params:
         """The current parameters."""
         return Params(self.version, self.theta.copy())
 
-    def push(self, version: int, grad: np.ndarray) -> Params:
-        """Apply the optimizer to ``grad`` (computed at ``version``, the current one) and
-        return the next parameters."""
+    def offer(self, version: int, grad: np.ndarray) -> None:
+        """One of the step's gradients but the last (computed at ``version``, the current
+        one): added to the step's sum."""
         assert version == self.version, "one process trains on the parameters it was given"
-        if apply_update(self.theta, grad, self.opt_state, self.optimizer, step=self.version,
-                        scratch=self._scratch):
-            self.nonfinite_streak = 0
-        else:
-            self.nonfinite_streak += 1
-            self.nonfinite_skipped += 1
-        self.version += 1
-        return Params(self.version, self.theta.copy(), self.nonfinite_streak)
+        if self.shard.offer(version, grad):
+            raise RuntimeError(f"a step takes {self.shard.replicas} gradients: the last one "
+                               f"is pushed, not offered")
+
+    def push(self, version: int, grad: np.ndarray) -> Params:
+        """The step's last gradient (computed at ``version``, the current one): apply the
+        optimizer to the mean of the step's gradients and return the next parameters."""
+        assert version == self.version, "one process trains on the parameters it was given"
+        if not self.shard.offer(version, grad):
+            raise RuntimeError(f"a step takes {self.shard.replicas} gradients: fewer were "
+                               f"offered before this push")
+        return Params(self.version, self.theta.copy(), self.shard.nonfinite_streak)
 
 
 def train_single(cfg: Config, laps: WorkerLaps | None = None, job: str | None = None) -> dict:
@@ -81,14 +111,27 @@ def _train(cfg: Config, spec: NetSpec, start: checkpoint.StartState,
     from dba3c.learning.learner import Learner
     from dba3c.training.worker import Worker
 
-    print("\n".join(rank_lines(0, "chief+worker", cfg.env, cfg.train, ranks_on_node=1)),
+    # W emulated workers (dist.emulate_workers): W groups of env.num_envs simulators in one
+    # pool, one mini-batch from each a step; the ranks they have in the real W-worker run
+    groups = emulated_roles(cfg).workers
+    workers = len(groups)
+    env = replace(cfg.env, num_envs=workers * cfg.env.num_envs,
+                  batch_size=workers * cfg.env.batch_size)
+    role = ("chief+worker" if workers == 1 else
+            f"chief+worker emulating {workers} sync workers, {workers} x {cfg.env.num_envs} "
+            f"simulators")
+    print("\n".join(rank_lines(0, role, env, cfg.train, ranks_on_node=1)),
           file=sys.stderr, flush=True)
-    store = LocalParameterServer(start.theta, start.opt_state, start.step, make_optimizer(cfg))
-    with Chief(cfg, start.ckpt, spec.layout(), num_workers=1,
-               hosts=[socket.gethostname()]) as chief, chief.evaluator_thread(spec) as evaluator:
+    store = LocalParameterServer(start.theta, start.opt_state, start.step, make_optimizer(cfg),
+                                 workers)
+    with Chief(cfg, start.ckpt, spec.layout(), num_workers=workers,
+               hosts=[socket.gethostname()]) as chief, \
+            chief.evaluator_thread(spec) as evaluator:
         chief.install_signal_handlers()
-        pool = None if cfg.debug.synthetic_data else make_env_pool(cfg.env, cfg.model)
-        worker = Worker(cfg, 0, Learner(spec, cfg.train, start.theta), pool, laps)
+        if workers > 1:
+            chief.extra["dist/replicas"] = workers  # perf/effective_batch: W x batch_size
+        pool = None if cfg.debug.synthetic_data else make_env_pool(env, cfg.model)
+        worker = Worker(cfg, 0, Learner(spec, cfg.train, start.theta), pool, laps, groups)
 
         def save(step: int) -> None:
             chief.save_checkpoint(step, [store.theta], [store.opt_state.m_shard],

@@ -325,3 +325,25 @@ def test_an_unknown_key_is_blamed_on_where_it_was_given(tmp_path):
     assert f"unknown key 'env.num_envz' in the overrides file {node} (did you mean " \
            f"'env.num_envs'?)" in str(e.value)
     assert f"unknown section 'foo' in the overrides file {node}" in str(e.value)
+
+
+def test_emulated_workers_are_counted_from_zero_and_refuse_what_they_cannot_be():
+    with pytest.raises(UserError) as e:
+        from_dict({"dist": {"emulate_workers": -1}})
+    assert str(e.value) == "dist.emulate_workers=-1 must be a number in [0, inf]"
+    with pytest.raises(UserError) as e:
+        from_dict({"dist": {"emulate_workers": 4, "mode": "async"}})
+    assert str(e.value) == ("dist.emulate_workers=4 emulates synchronous workers: it needs "
+                            "dist.mode=sync")
+    with pytest.raises(UserError) as e:
+        from_dict({"dist": {"emulate_workers": 4, "replicas_to_aggregate": 3},
+                   "synthetic": {"enabled": True}, "eval": {"every": 0}})
+    msg = str(e.value)
+    assert "\n" not in msg and msg.count(";") == 1, msg
+    assert msg.startswith("dist.replicas_to_aggregate=3 (backup workers) has no meaning with "
+                          "dist.emulate_workers=4: every emulated worker's gradient arrives")
+    assert msg.endswith("; dist.emulate_workers=4 computes real gradients in one process "
+                        "and synthetic.enabled=true runs synthetic ranks under mpiexec (set "
+                        "one of them off)")
+    dist = from_dict({"dist": {"emulate_workers": 64, "replicas_to_aggregate": 64}}).dist
+    assert dist.emulate_workers == 64 and Config().dist.emulate_workers == 0

@@ -8,7 +8,7 @@ from dba3c.config import (
     Config,
     num_shards_error,
 )
-from dba3c.distributed.roles import make_roles, required_world_size
+from dba3c.distributed.roles import emulated_roles, make_roles, required_world_size
 from dba3c.errors import UserError
 from dba3c.preset import from_dict
 from tests.support import COLLECTIVE, cfg_with
@@ -140,3 +140,18 @@ def test_collective_backup_workers_are_refused_when_the_world_decides_the_count(
     with pytest.raises(UserError, match="dist.replicas_to_aggregate=2 .backup workers. needs "
                                         "dist.aggregation: ps"):
         make_roles(3, cfg_with(dist={**COLLECTIVE, "replicas_to_aggregate": 2}))
+
+
+def test_emulated_workers_run_in_one_process_and_stand_for_the_real_runs_worker_ranks():
+    cfg = cfg_with(dist={"ps": 4, "workers": 64, "emulate_workers": 3}, eval={"rank": True})
+    with pytest.raises(UserError) as e:
+        make_roles(3, cfg)
+    assert str(e.value) == ("dist.emulate_workers=3 emulates workers in one process (`dba3c "
+                            "train` alone); a world of 3 ranks runs real ones: set "
+                            "dist.emulate_workers=0")
+    assert make_roles(1, cfg).workers == (0,)
+    # the real run of 3 workers: 0 chief+worker, 1-4 parameter servers, 5 evaluator, 6-7
+    assert emulated_roles(cfg).workers == (0, 6, 7)
+    assert emulated_roles(cfg_with(dist={"emulate_workers": 1})).workers == (0,)
+    assert emulated_roles(cfg_with(dist={**COLLECTIVE, "emulate_workers": 4})).workers == (
+        0, 1, 2, 3)
