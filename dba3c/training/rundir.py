@@ -33,7 +33,7 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -111,8 +111,11 @@ class RunDir:
         return read_jsonl(self.metrics_path) if self.metrics_path.is_file() else []
 
     def read_evals(self) -> list[dict]:
-        """The records of ``eval.jsonl`` (see :func:`read_jsonl`); none when absent."""
-        return read_jsonl(self.evals_path) if self.evals_path.is_file() else []
+        """The records of ``eval.jsonl`` (see :func:`read_jsonl`); none when absent.
+        ValueError naming the line of a record :func:`eval_record_problem` refuses."""
+        if not self.evals_path.is_file():
+            return []
+        return read_jsonl(self.evals_path, eval_record_problem)
 
     def read_summary(self) -> dict:
         """The object in ``summary.json``; empty when absent. ValueError when it is not a
@@ -186,12 +189,13 @@ class SweepDir:
 # ---- JSON lines ---------------------------------------------------------------------------
 
 
-def read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path, check: Callable[[dict], str | None] | None = None) -> list[dict]:
     """The JSON objects of a JSON-lines file, skipping blank lines and a torn last line (one
     without a newline that does not parse: a write in progress, or cut short by a crash).
 
     Raises ValueError naming the file and line number of any other line that is not a JSON
-    object.
+    object, or whose object ``check`` finds a problem with (``check(record)``: the problem,
+    e.g. ``has mean="x", not a number``; None when there is none).
     """
     path = Path(path)
     lines = path.read_bytes().split(b"\n")  # the last item follows the last newline
@@ -207,8 +211,26 @@ def read_jsonl(path: Path) -> list[dict]:
             raise ValueError(f"{path}: line {number} is not valid JSON ({e.msg})") from None
         if not isinstance(record, dict):
             raise ValueError(f"{path}: line {number} is not a JSON object")
+        if check is not None and (problem := check(record)) is not None:
+            raise ValueError(f"{path}: line {number} {problem}")
         records.append(record)
     return records
+
+
+# the numbers of an eval.jsonl record (dba3c.games.scores.score_stats, with step and time)
+EVAL_NUMBERS = ("step", "time_s", "mean", "max", "min", "std", "episodes", "hns")
+
+
+def eval_record_problem(record: dict) -> str | None:
+    """What is wrong with an ``eval.jsonl`` record, for :func:`read_jsonl`: no ``mean``
+    (what every reader takes), or one of :data:`EVAL_NUMBERS` that is not a number."""
+    if "mean" not in record:
+        return "has no mean (the mean score of the evaluation)"
+    for key in EVAL_NUMBERS:
+        value = record.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"has {key}={json.dumps(value)}, not a number"
+    return None
 
 
 def truncate_jsonl(path: Path, max_step: int) -> None:

@@ -193,6 +193,20 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous(tmp_path, trained_
     assert "step-0000000006.ckpt" in {p.name for p in (run / "checkpoints").iterdir()}
 
 
+def test_a_malformed_evaluation_record_is_named_by_file_and_line(tmp_path, trained_run):
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    (run / "eval.jsonl").write_text('{"step": 2, "time_s": 1.0, "mean": 3.0}\n'
+                                    '{"step": 4, "time_s": 2.0, "mean": "x"}\n')
+    before = snapshot(run)
+    for command in ("table", "plot"):
+        proc = dba3c(command, run, "--out", tmp_path / "out", check=False)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        assert lines[0] == f'error: {run}/eval.jsonl: line 2 has mean="x", not a number'
+    assert snapshot(run) == before and not (tmp_path / "out").exists()
+
+
 def test_sbatch_refusing_the_job_is_one_line_quoting_sbatch(tmp_path):
     # a site's sbatch refusing the account (srun and sinfo: what chooses the PMI plugin and
     # the CPUs per task asks them)

@@ -71,6 +71,24 @@ def test_read_jsonl_names_file_and_line_of_a_bad_line(tmp_path, bad, message):
         read_jsonl(path)
 
 
+@pytest.mark.parametrize("record, problem", [
+    ('{"step": 4, "time_s": 1.0, "mean": "x"}', 'has mean="x", not a number'),
+    ('{"step": 4, "time_s": "soon", "mean": 1.0}', 'has time_s="soon", not a number'),
+    ('{"step": 4, "mean": 1.0, "max": true}', "has max=true, not a number"),
+    ('{"step": 4, "mean": null}', "has mean=null, not a number"),
+    ('{"step": 4, "time_s": 1.0}', "has no mean"),
+])
+def test_an_evaluation_record_without_its_numbers_is_named_by_line(tmp_path, record, problem):
+    run = RunDir(tmp_path)
+    run.evals_path.write_text('{"step": 2, "time_s": 0.5, "mean": 1.0, "hns": 0.1}\n'
+                              + record + "\n")
+    with pytest.raises(ValueError) as e:
+        run.read_evals()
+    assert str(e.value).startswith(f"{run.evals_path}: line 2 {problem}")
+    run.evals_path.write_text('{"step": 2, "time_s": 0.5, "mean": 1, "max": 3.5}\n')
+    assert run.read_evals() == [{"step": 2, "time_s": 0.5, "mean": 1, "max": 3.5}]
+
+
 def test_absent_optional_files_read_as_empty(tmp_path):
     run = RunDir(tmp_path / "nothing")
     assert run.read_metrics() == [] and run.read_evals() == []
