@@ -136,7 +136,10 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--trial-seconds", type=float, default=None,
                    help="training seconds per trial (default: sized to fit the budget)")
     p.add_argument("--write", default=None, metavar="FILE",
-                   help="also write the config with the best setting as a new preset YAML")
+                   help="also write the best setting's node keys (env.num_envs, "
+                   "env.batch_size, train.intra_op_threads, train.inter_op_threads) to FILE, "
+                   "a new overrides file that any preset takes: dba3c train PRESET "
+                   "--overrides FILE")
     p.add_argument("--state", default=None, metavar="FILE",
                    help="trials so far, for resuming (default runs/tune/tune-<config stem>.json)")
 

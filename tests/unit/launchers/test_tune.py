@@ -9,6 +9,7 @@ from typing import TypedDict
 import pytest
 import yaml
 
+from dba3c.cli import make_parser
 from dba3c.config import overrides_file
 from dba3c.errors import UserError
 from dba3c.launchers.tune import tune_command
@@ -128,3 +129,12 @@ def test_write_into_a_missing_directory_is_refused_before_any_trial(tmp_path):
                      write=str(write), state=str(tmp_path / "s.json"), measure=no_measure,
                      num_cpus=2)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_help_says_write_writes_an_overrides_file_not_a_preset(capsys):
+    with pytest.raises(SystemExit):
+        make_parser().parse_args(["tune", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--write FILE also write the best setting's node keys (env.num_envs, " in text
+    assert "a new overrides file that any preset takes: dba3c train PRESET --overrides FILE" \
+        in text and "preset YAML" not in text
