@@ -5,8 +5,8 @@ the TensorBoard scalars under the same names, one W&B run per run directory."""
 from __future__ import annotations
 
 import importlib.machinery
-import json
 import importlib.util
+import json
 import sys
 import types
 from pathlib import Path
@@ -15,8 +15,14 @@ import pytest
 
 from dba3c.preset import load_config
 from dba3c.training.chief import Chief
-from dba3c.training.metrics import (Wandb, next_steps, run_report, scalars, sparkline,
-                                   steady_throughput)
+from dba3c.training.metrics import (
+    Wandb,
+    next_steps,
+    run_report,
+    scalars,
+    sparkline,
+    steady_throughput,
+)
 from dba3c.training.rundir import RunDir
 from tests.support import NO_PARAMS, ROOT, read_jsonl
 
