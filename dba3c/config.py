@@ -285,6 +285,15 @@ class EvalConfig:
                          "value for one of them is an error; ALE games only)")
 
 
+def _config_keys_error(text: str) -> str | None:
+    """What ``run.allow_changes`` must be, when ``text`` names a key the schema lacks."""
+    unknown = [k.strip() for k in text.split(",") if k.strip() and k.strip() not in all_keys()]
+    if not unknown:
+        return None
+    return (f"config keys separated by commas, e.g. train.lr,run.seed; not a key: "
+            f"{', '.join(unknown)}{_closest(unknown[0], all_keys())}")
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """The run directory, seeding, checkpoints and logging."""
@@ -301,6 +310,17 @@ class RunConfig:
     wandb_project: str = _opt("dba3c", None, "the W&B project")
     wandb_mode: str = _opt("online", _one_of("online", "offline"),
                            "offline: files under RUN_DIR/wandb, for `wandb sync` later")
+    allow_changes: str = _opt("", _config_keys_error, "keys, comma-separated "
+                              "(train.lr,run.seed), whose change a resumed run accepts "
+                              "though it changes what the run learns; each change is "
+                              "appended to RUN_DIR/config_history.jsonl with its step. Time "
+                              "limits, logging, checkpoint and evaluation cadence may change "
+                              "without it (dba3c.training.rundir.OPERATIONAL_KEYS)")
+
+    @property
+    def allowed_changes(self) -> frozenset[str]:
+        """The keys ``allow_changes`` names."""
+        return frozenset(k.strip() for k in self.allow_changes.split(",") if k.strip())
 
 
 @dataclass(frozen=True)

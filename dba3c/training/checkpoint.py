@@ -22,7 +22,7 @@ import re
 import sys
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -34,10 +34,12 @@ from dba3c.learning.params import ParamLayout
 from dba3c.learning.rules import OptimizerState
 from dba3c.preset import apply_overrides, from_dict
 from dba3c.training.rundir import (
+    ConfigChange,
     RunDir,
     atomic_file,
     disk_space_checked,
     remove_stale_temporaries,
+    resume_refusal,
 )
 
 MAGIC = b"DBA3C-CHECKPOINT-1\n"
@@ -236,17 +238,26 @@ def check_layout(ckpt: Checkpoint, cfg: Config, layout: ParamLayout, where: str,
 
 @dataclass
 class StartState:
-    """Where training starts: a fresh initialisation or a checkpoint."""
+    """Where training starts: a fresh initialisation or a checkpoint, and what the config
+    changes in the one that trained the checkpoint (``changes``, accepted: see
+    :func:`load_start`)."""
 
     step: int
     theta: np.ndarray
     opt_state: OptimizerState
     ckpt: Checkpoint | None
+    changes: list[ConfigChange] = field(default_factory=list)
 
 
 def load_start(cfg: Config, spec: NetSpec) -> StartState:
-    """Resume from the run directory's newest valid checkpoint, or initialise (seeded)."""
-    ckpt = load_latest(RunDir(cfg.run.dir).checkpoints_dir)
+    """Resume from the run directory's newest valid checkpoint, or initialise (seeded).
+
+    A resume is refused (UserError) when the checkpoint holds another network or optimizer
+    state, or when ``cfg`` changes what the run learns (a key outside
+    :data:`~dba3c.training.rundir.OPERATIONAL_KEYS`) without ``run.allow_changes`` naming
+    it (:func:`~dba3c.training.rundir.resume_refusal`); nothing is written here."""
+    run = RunDir(cfg.run.dir)
+    ckpt = load_latest(run.checkpoints_dir)
     layout = spec.layout()
     if ckpt is None:
         return StartState(0, spec.init_params(cfg.run.seed, cfg.model.init),
@@ -259,6 +270,10 @@ def load_start(cfg: Config, spec: NetSpec) -> StartState:
         raise UserError(f"checkpoint step {ckpt.step} in {cfg.run.dir} holds the state of "
                         f"optim.kind={kind}, not of optim.kind={cfg.optim.kind}; resume with "
                         f"optim.kind={kind} or use a new run.dir")
+    changes = run.config_changes(cfg, ckpt.meta.get("config", {}))
+    refusal = resume_refusal(run.path, ckpt.step, changes, cfg.run.allowed_changes)
+    if refusal:
+        raise UserError(refusal)
     return StartState(ckpt.step, ckpt.theta.copy(),
                       OptimizerState(ckpt.adam_m.copy(), ckpt.adam_v.copy(), ckpt.adam_count),
-                      ckpt)
+                      ckpt, changes)

@@ -34,7 +34,7 @@ from dba3c.training import checkpoint
 from dba3c.training.checkpoint import Shards
 from dba3c.training.metrics import Progress, ScalarLog, TensorBoard, Wandb
 from dba3c.training.report import AVERAGED, FRACTIONS, WorkerReport
-from dba3c.training.rundir import DiskFull, JsonlWriter, RunDir
+from dba3c.training.rundir import ConfigChange, DiskFull, JsonlWriter, RunDir
 
 if TYPE_CHECKING:  # TensorFlow: a synthetic-compute chief evaluates nothing and imports none
     from dba3c.games.evaluation import BackgroundEvaluator
@@ -51,14 +51,18 @@ class Chief:
       layout: the parameter layout (stored in checkpoints). num_workers: gradient ranks.
       hosts: the host of every rank, by rank (recorded in the summary as ``hosts``; a
         resumed run records the hosts of its latest segment).
+      changes: what the config changes in the one that trained ``start``
+        (:attr:`~dba3c.training.checkpoint.StartState.changes`, accepted), recorded in the
+        run directory's config history.
     """
 
     def __init__(self, cfg: Config, start: checkpoint.Checkpoint | None, layout: ParamLayout,
-                 num_workers: int, hosts: Sequence[str]):
+                 num_workers: int, hosts: Sequence[str],
+                 changes: Sequence[ConfigChange] = ()):
         self.cfg, self.layout, self.num_workers = cfg, layout, num_workers
         self.run_dir = RunDir(cfg.run.dir)
-        self.run_dir.create(cfg)
         self.start_step = start.step if start else 0
+        self.run_dir.create(cfg, self.start_step, changes)
         self.time_offset = start.meta.get("time_s", 0.0) if start else 0.0
         self.summary = start.meta.get("summary", {}) if start else {}
         self.run_dir.truncate_logs(self.start_step)

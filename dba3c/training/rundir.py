@@ -3,7 +3,9 @@ writers, and the resume rule, in one place.
 
 ```
 RUN_DIR/
-  config.yaml      the resolved config (YAML, rewritten at every start)
+  config.yaml      the resolved config of the run's latest start (YAML)
+  config_history.jsonl  one JSON object per resume that changed the config: the step, the time,
+                   each key's old and new value (see "The config of a resumed run" below)
   metrics.jsonl    one JSON object per logged step
   eval.jsonl       one JSON object per finished evaluation (dba3c.games.scores.score_stats)
   summary.json     one JSON object: time_to_target_s, final_step, stop_reason, ...
@@ -22,6 +24,15 @@ files grow a line at a time, so a crash leaves at most a torn last line: :func:`
 skips it and resuming (:meth:`RunDir.truncate_logs`) removes it with every line past the
 resumed step. A write that finds the file system full raises :class:`DiskFull`, naming the
 file and the space left: the files written before stay whole.
+
+The config of a resumed run: a run resumed from a checkpoint is compared with the config that
+trained it (``config.yaml``; the checkpoint's copy if that file is missing or unreadable) by
+:func:`config_changes`. The keys of :data:`OPERATIONAL_KEYS` (when it stops, what it logs,
+where and how often it writes and evaluates, how fast its ranks run) may change; a change of
+any other key is refused (:func:`resume_refusal`) unless ``run.allow_changes`` names it. An
+accepted change is appended to ``config_history.jsonl`` (:meth:`RunDir.create`) before
+``config.yaml`` is replaced, so ``config.yaml`` says what trains the run now and the history
+what trained it before, and from which step.
 """
 
 from __future__ import annotations
@@ -33,8 +44,11 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +58,7 @@ from dba3c.config import Config, dump_yaml, load_yaml
 from dba3c.errors import TrainingError
 
 CONFIG = "config.yaml"
+CONFIG_HISTORY = "config_history.jsonl"
 METRICS = "metrics.jsonl"
 EVALS = "eval.jsonl"
 SUMMARY = "summary.json"
@@ -61,8 +76,9 @@ RESULT_COLUMNS = ("data_points_per_s", "time_to_target_s", "final_eval_mean", "s
 class RunDir:
     """The files of one run directory; nothing is read or created until asked.
 
-    Attributes: ``path`` the directory; ``config_path``, ``metrics_path``, ``evals_path``,
-    ``summary_path``, ``tensorboard_dir``, ``checkpoints_dir``, ``lock_path``,
+    Attributes: ``path`` the directory; ``config_path``, ``config_history_path``,
+    ``metrics_path``, ``evals_path``, ``summary_path``, ``tensorboard_dir``,
+    ``checkpoints_dir``, ``lock_path``,
     ``takeover_path`` and ``sweep_log_path`` (the run's output when a local sweep ran it)
     the paths in it.
     """
@@ -70,6 +86,7 @@ class RunDir:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.config_path = self.path / CONFIG
+        self.config_history_path = self.path / CONFIG_HISTORY
         self.metrics_path = self.path / METRICS
         self.evals_path = self.path / EVALS
         self.summary_path = self.path / SUMMARY
@@ -83,10 +100,39 @@ class RunDir:
         """Whether the directory holds a run (it has ``metrics.jsonl``)."""
         return self.metrics_path.is_file()
 
-    def create(self, cfg: Config) -> None:
-        """Make the directory (and its parents) and write ``config.yaml`` for ``cfg``."""
+    def create(self, cfg: Config, step: int = 0, changes: Sequence[ConfigChange] = ()) -> None:
+        """Make the directory (and its parents) and write ``config.yaml`` for ``cfg``; a run
+        resumed at ``step`` with ``changes`` (:func:`config_changes`, already accepted) first
+        appends them to ``config_history.jsonl``."""
         self.path.mkdir(parents=True, exist_ok=True)
+        if changes:
+            history = JsonlWriter(self.config_history_path)
+            try:
+                history.write({"step": step,
+                               "time": datetime.now(UTC).isoformat(timespec="seconds"),
+                               "changes": [asdict(c) for c in changes]})
+            finally:
+                history.close()
         write_atomic(self.config_path, dump_yaml(cfg).encode())
+
+    def config_changes(self, cfg: Config, fallback: dict) -> list[ConfigChange]:
+        """What ``cfg`` changes in the config that trained the run (:func:`config_changes`):
+        ``config.yaml``, or ``fallback`` (the resumed checkpoint's copy) when that file is
+        missing or unreadable (said on stderr)."""
+        try:
+            recorded = self.read_config()
+        except (ValueError, OSError) as e:
+            print(f"warning: {e}; comparing the config with the checkpoint's copy",
+                  file=sys.stderr, flush=True)
+            recorded = {}
+        return config_changes(recorded or fallback, cfg.to_dict())
+
+    def read_config_history(self) -> list[dict]:
+        """The records of ``config_history.jsonl`` (see :func:`read_jsonl`); none when
+        absent."""
+        if not self.config_history_path.is_file():
+            return []
+        return read_jsonl(self.config_history_path)
 
     def truncate_logs(self, max_step: int) -> None:
         """The resume rule: drop the metrics and evaluation lines past ``max_step`` (work
@@ -184,6 +230,103 @@ class SweepDir:
         for row in rows:
             writer.writerow({k: "" if v is None else v for k, v in row.items()})
         write_atomic(self.csv_path, text.getvalue().encode("utf-8"))
+
+
+# ---- the config of a resumed run ---------------------------------------------------------
+
+# The keys a resumed run may change freely: when it stops, what it logs and shows, where and
+# how often it writes checkpoints, how often and how many games at once it evaluates, and how
+# fast its ranks run the same steps (threads, polling, timeouts, the order of a collective's
+# messages, fault injection that delays or fails a rank, synthetic ranks' timing). Every other
+# key, and any key the schema gains later, changes what the run learns (model, game and
+# emulation, optimizer and rates, seed, batch sizes, the distributed layout, debug.nan_*) or
+# what its evaluations measure (eval.protocol, episodes, greedy, no-op starts, frame cap,
+# target score): a resume that changes one is refused unless run.allow_changes names it.
+OPERATIONAL_KEYS = frozenset({
+    # when it stops (train.max_steps not with train.lr_schedule=linear: it sets the decay)
+    "train.max_steps", "train.max_seconds", "train.max_nonfinite", "eval.stop_at_target",
+    # logging and display; where and how often it writes
+    "run.dir", "run.log_every", "run.progress", "run.wandb", "run.wandb_project",
+    "run.wandb_mode", "run.checkpoint_every", "run.keep_checkpoints", "run.allow_changes",
+    # evaluation cadence and cost
+    "eval.every", "eval.at_end", "eval.stop_below_target", "eval.num_envs",
+    # threads, polling, timeouts and the scheduling of the same synchronous update
+    "env.num_threads", "train.intra_op_threads", "train.inter_op_threads",
+    "dist.stall_timeout", "dist.poll_max_ms", "dist.collective_poll_us",
+    "dist.collective_algorithm", "dist.collective_overlap", "dist.replicate_first_bucket",
+    "dist.overlap_probe_steps", "dist.overlap_cost",
+    # fault injection that delays or fails a rank
+    "debug.slow_rank", "debug.slow_seconds", "debug.fail_rank", "debug.fail_step",
+    # synthetic ranks' compute time
+    "synthetic.compute_ms", "synthetic.jitter", "synthetic.slow_workers",
+    "synthetic.slow_factor",
+})
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    """A key whose value differs between the config that trained a run (``old``) and the one
+    it resumes with (``new``); ``learning``: whether the change alters what the run learns
+    (see :data:`OPERATIONAL_KEYS`)."""
+
+    key: str
+    old: Any
+    new: Any
+    learning: bool
+
+    def __str__(self) -> str:
+        return f"{self.key} from {_shown(self.old)} to {_shown(self.new)}"
+
+
+def config_changes(old: dict, new: dict) -> list[ConfigChange]:
+    """Every key whose value differs between the nested configs ``old`` (a run's
+    ``config.yaml``) and ``new``, in the schema's order. A key ``old`` lacks (written before
+    the schema had it) holds its default; keys the schema no longer has are left out."""
+    defaults = _flat(Config().to_dict())
+    before, after = {**defaults, **_flat(old)}, {**defaults, **_flat(new)}
+    return [ConfigChange(key, before[key], after[key], _is_learning(key, before, after))
+            for key in defaults if not _same(before[key], after[key])]
+
+
+def resume_refusal(path: str | Path, step: int, changes: Sequence[ConfigChange],
+                   allowed: Collection[str]) -> str | None:
+    """The one-line refusal of resuming the run in ``path`` at ``step`` with ``changes``:
+    every learning change ``allowed`` (``run.allow_changes``) does not name, with its old
+    and new value; None when there is none."""
+    learning = [c for c in changes if c.learning]
+    refused = [c for c in learning if c.key not in allowed]
+    if not refused:
+        return None
+    return (f"{path} was trained to step {step} with another config; resuming it would change "
+            f"what it learns: {', '.join(map(str, refused))}. Resume with the run's values "
+            f"(its {CONFIG}), use a new run.dir, or allow the change with "
+            f"run.allow_changes={','.join(c.key for c in learning)} (recorded in its "
+            f"{CONFIG_HISTORY})")
+
+
+def _flat(tree: dict) -> dict[str, Any]:
+    """``{"train": {"lr": x}}`` -> ``{"train.lr": x}``."""
+    return {f"{section}.{key}": value for section, values in tree.items()
+            if isinstance(values, dict) for key, value in values.items()}
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values of one type (an integer for a float key, as YAML may write it, is the
+    same number; true is not 1)."""
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+def _is_learning(key: str, before: dict[str, Any], after: dict[str, Any]) -> bool:
+    if key == "train.max_steps":  # a linear rate decays to 0 at train.max_steps
+        return "linear" in (before.get("train.lr_schedule"), after.get("train.lr_schedule"))
+    return key not in OPERATIONAL_KEYS
+
+
+def _shown(value: Any) -> str:
+    """A config value as an override writes it: true, 0.001, 'pong'."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 # ---- JSON lines ---------------------------------------------------------------------------

@@ -125,7 +125,7 @@ def _train(cfg: Config, spec: NetSpec, start: checkpoint.StartState,
     store = LocalParameterServer(start.theta, start.opt_state, start.step, make_optimizer(cfg),
                                  workers)
     with Chief(cfg, start.ckpt, spec.layout(), num_workers=workers,
-               hosts=[socket.gethostname()]) as chief, \
+               hosts=[socket.gethostname()], changes=start.changes) as chief, \
             chief.evaluator_thread(spec) as evaluator:
         chief.install_signal_handlers()
         if workers > 1:

@@ -110,11 +110,17 @@ def test_a_collective_run_ends_at_exactly_max_steps_with_adam_of_the_mean(tmp_pa
 
 def test_a_checkpoint_resumes_in_the_other_mode(tmp_path):
     """ps (ranks 0 chief+worker, 1 PS, 2 worker) to step 4, collective (ranks 0, 1) to 8,
-    ps again to 12: one continuous run of Adam on each step's workers' mean gradient."""
+    ps again to 12: one continuous run of Adam on each step's workers' mean gradient. The
+    layout is what the run learns from, so each switch is allowed explicitly and recorded."""
     run = tmp_path / "run"
+    allow = "run.allow_changes=dist.aggregation,dist.ps"
     launch(2, "train.max_steps=4", f"run.dir={run}", collective=False)
-    launch(2, "train.max_steps=8", f"run.dir={run}")
-    launch(2, "train.max_steps=12", f"run.dir={run}", collective=False)
+    launch(2, "train.max_steps=8", f"run.dir={run}", allow)
+    launch(2, "train.max_steps=12", f"run.dir={run}", allow, collective=False)
+    history = read_jsonl(run / "config_history.jsonl")
+    assert [(r["step"], [(c["key"], c["new"]) for c in r["changes"] if c["learning"]])
+            for r in history] == [(4, [("dist.aggregation", "collective"), ("dist.ps", 0)]),
+                                  (8, [("dist.aggregation", "ps"), ("dist.ps", 1)])]
     assert ckpt_steps(run)[-3:] == [4, 8, 12]
     assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == list(range(1, 13))
     assert latest_checkpoint(run).adam_count == 12

@@ -269,6 +269,17 @@ def test_an_overrides_file_becomes_key_value_items_in_its_order(tmp_path):
         overrides_file(str(tmp_path / "missing.yaml"))
 
 
+def test_run_allow_changes_names_config_keys():
+    cfg = from_dict({"run": {"allow_changes": "train.lr, run.seed,"}})
+    assert cfg.run.allowed_changes == {"train.lr", "run.seed"}
+    assert from_dict({}).run.allowed_changes == frozenset()
+    with pytest.raises(UserError) as e:
+        from_dict({"run": {"allow_changes": "train.lr,train.lrr"}})
+    assert str(e.value) == ("run.allow_changes='train.lr,train.lrr' must be config keys "
+                            "separated by commas, e.g. train.lr,run.seed; not a key: "
+                            "train.lrr (did you mean 'train.lr'?)")
+
+
 FLOAT_KEYS = [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)
               if f.type == "float"]
 

@@ -116,7 +116,8 @@ def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
     from dba3c.training.chief import Chief
 
     start = load_start(cfg, spec)
-    with Chief(cfg, start.ckpt, spec.layout(), roles.num_workers, t.hosts) as chief, \
+    with Chief(cfg, start.ckpt, spec.layout(), roles.num_workers, t.hosts,
+               start.changes) as chief, \
             chief.evaluator_thread(spec, roles.evaluator is None) as evaluator:
         chief.install_signal_handlers()
         chief.extra["dist/replicas"] = roles.num_workers

@@ -66,7 +66,8 @@ def run_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
 
     start = load_start(cfg, spec)
     trains = 0 in roles.workers
-    with Chief(cfg, start.ckpt, spec.layout(), roles.num_workers, t.hosts) as chief, \
+    with Chief(cfg, start.ckpt, spec.layout(), roles.num_workers, t.hosts,
+               start.changes) as chief, \
             chief.evaluator_thread(spec, trains and roles.evaluator is None) as evaluator:
         chief.install_signal_handlers()
         link = ChiefLink(t, roles, cfg, chief, spec.layout().num_params)

@@ -1,5 +1,6 @@
 """dba3c.training.rundir: the run and sweep directories' names, readers (torn lines), atomic
-writers and the resume rule (a torn last metrics line does not block it), on hand-made files
+writers and the resume rule (a torn last metrics line does not block it), the config of a
+resumed run (what changed, what is refused, the history), on hand-made files and configs
 with expected values written out here."""
 
 from __future__ import annotations
@@ -7,11 +8,12 @@ from __future__ import annotations
 import json
 import math
 import threading
+from datetime import datetime
 
 import pytest
 import yaml
 
-from dba3c.config import Config
+from dba3c.config import Config, all_keys
 from dba3c.preset import from_dict
 from dba3c.training import rundir
 from dba3c.training.rundir import (
@@ -284,3 +286,85 @@ def test_a_torn_last_metrics_line_does_not_block_a_resume(tmp_path):
         path.write_text("\n".join(good) + "\n" + tail)
         truncate_jsonl(path, 4)
         assert [m["step"] for m in support.read_jsonl(path)] == [1, 2, 3, 4]
+
+
+# ---- the config of a resumed run ----------------------------------------------------------
+def test_config_changes_lists_every_changed_key_in_schema_order_with_its_kind():
+    old = Config().to_dict()
+    new = from_dict({"train": {"lr": 5e-4, "max_steps": 8}, "run": {"seed": 3,
+                                                                   "progress": "none"}})
+    assert rundir.config_changes(old, new.to_dict()) == [
+        rundir.ConfigChange("train.lr", 0.001, 0.0005, learning=True),
+        rundir.ConfigChange("train.max_steps", 100000, 8, learning=False),
+        rundir.ConfigChange("run.seed", 0, 3, learning=True),
+        rundir.ConfigChange("run.progress", "auto", "none", learning=False)]
+    assert rundir.config_changes(old, Config().to_dict()) == []
+
+
+def test_train_max_steps_changes_what_a_linear_rate_learns():
+    constant = {"train": {"max_steps": 100}}
+    linear = {"train": {"max_steps": 100, "lr_schedule": "linear"}}
+    longer = from_dict({"train": {"max_steps": 200, "lr_schedule": "linear"}}).to_dict()
+    [change] = rundir.config_changes(linear, longer)
+    assert change == rundir.ConfigChange("train.max_steps", 100, 200, learning=True)
+    # switching the schedule on changes both keys, and both change what it learns
+    assert [(c.key, c.learning) for c in rundir.config_changes(constant, longer)] == [
+        ("train.lr_schedule", True), ("train.max_steps", True)]
+
+
+def test_config_changes_reads_an_older_config_yaml_by_the_schema():
+    """A key config.yaml lacks (written before it existed) holds its default; a key the
+    schema dropped is left out; an integer for a float key is the same number; 0 is not
+    false."""
+    old = Config().to_dict()
+    del old["run"]["allow_changes"], old["synthetic"]
+    old["train"]["removed_key"] = 1
+    old["eval"]["target_score"] = 300
+    assert rundir.config_changes(old, Config().to_dict()) == []
+    old["env"]["episodic_life"] = 0
+    assert rundir.config_changes(old, Config().to_dict()) == [
+        rundir.ConfigChange("env.episodic_life", 0, False, learning=True)]
+
+
+def test_every_operational_key_is_a_config_key():
+    assert rundir.OPERATIONAL_KEYS <= set(all_keys())
+    assert {"train.max_seconds", "train.max_steps", "run.log_every", "run.progress",
+            "run.checkpoint_every", "eval.every", "run.allow_changes"} <= rundir.OPERATIONAL_KEYS
+    assert not {"train.lr", "run.seed", "model.kind", "env.id", "optim.kind",
+                "train.batch_size", "dist.workers", "dist.ps"} & rundir.OPERATIONAL_KEYS
+
+
+def test_resume_refusal_names_each_change_not_allowed_and_the_keys_to_allow():
+    lr = rundir.ConfigChange("train.lr", 0.001, 0.0005, learning=True)
+    game = rundir.ConfigChange("env.id", "breakout", "pong", learning=True)
+    steps = rundir.ConfigChange("train.max_steps", 4, 8, learning=False)
+    assert rundir.resume_refusal("R", 4, [steps], allowed=()) is None
+    assert rundir.resume_refusal("R", 4, [lr, game, steps], {"train.lr", "env.id"}) is None
+    assert rundir.resume_refusal("R", 4, [lr, game, steps], {"train.lr"}) == (
+        "R was trained to step 4 with another config; resuming it would change what it "
+        "learns: env.id from 'breakout' to 'pong'. Resume with the run's values (its "
+        "config.yaml), use a new run.dir, or allow the change with "
+        "run.allow_changes=train.lr,env.id (recorded in its config_history.jsonl)")
+
+
+def test_create_appends_accepted_changes_to_the_history_before_the_config(tmp_path):
+    run = RunDir(tmp_path / "run")
+    run.create(Config())
+    assert not run.config_history_path.exists() and run.read_config_history() == []
+    lr = from_dict({"train": {"lr": 5e-4}, "run": {"allow_changes": "train.lr"}})
+    changes = rundir.config_changes(run.read_config(), lr.to_dict())
+    run.create(lr, 40, changes)
+    seed = from_dict({"train": {"lr": 5e-4}, "run": {"seed": 2, "allow_changes": "run.seed"}})
+    run.create(seed, 90, rundir.config_changes(run.read_config(), seed.to_dict()))
+    lines = run.config_history_path.read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [r["step"] for r in records] == [40, 90]
+    assert all(datetime.fromisoformat(r["time"]).tzinfo is not None for r in records)
+    assert records[0]["changes"] == [
+        {"key": "train.lr", "old": 0.001, "new": 0.0005, "learning": True},
+        {"key": "run.allow_changes", "old": "", "new": "train.lr", "learning": False}]
+    assert records[1]["changes"] == [
+        {"key": "run.seed", "old": 0, "new": 2, "learning": True},
+        {"key": "run.allow_changes", "old": "train.lr", "new": "run.seed", "learning": False}]
+    assert yaml.safe_load(run.config_path.read_text())["run"]["seed"] == 2
+    assert run.read_config_history() == records
