@@ -64,7 +64,9 @@ class Chief:
         self.start_step = start.step if start else 0
         self.run_dir.create(cfg, self.start_step, changes)
         self.time_offset = start.meta.get("time_s", 0.0) if start else 0.0
-        self.summary = start.meta.get("summary", {}) if start else {}
+        # summary.json when it is the record at the resumed step (newer evaluations)
+        self.summary = (self.run_dir.resumed_summary(start.step, start.meta.get("summary", {}))
+                        if start else {})
         self.run_dir.truncate_logs(self.start_step)
         self.metrics = JsonlWriter(self.run_dir.metrics_path)
         self.evals = JsonlWriter(self.run_dir.evals_path)
@@ -297,8 +299,10 @@ class Chief:
             log.write(step, record)
 
     def _write_summary(self) -> None:
-        self.run_dir.write_summary({**self.summary, "final_step": self.step,
-                                    "time_s": self.elapsed()})
+        time_s = self.elapsed()
+        if self.step == self.start_step:  # trained nothing: the clock of the record it resumed
+            time_s = max(time_s, self.summary.get("time_s", 0.0))
+        self.run_dir.write_summary({**self.summary, "final_step": self.step, "time_s": time_s})
 
     def __enter__(self) -> Chief:
         return self

@@ -134,6 +134,17 @@ class RunDir:
             return []
         return read_jsonl(self.config_history_path)
 
+    def resumed_summary(self, step: int, saved: dict) -> dict:
+        """The summary a run resumed at ``step`` goes on from: ``summary.json`` when it
+        records that very step (its ``final_step``: it then holds what the checkpoint's copy
+        ``saved`` holds and the evaluations that finished after the checkpoint was written,
+        such as the final one), else ``saved``."""
+        try:
+            recorded = self.read_summary()
+        except (ValueError, OSError):
+            return dict(saved)
+        return recorded if recorded.get("final_step") == step else dict(saved)
+
     def truncate_logs(self, max_step: int) -> None:
         """The resume rule: drop the metrics and evaluation lines past ``max_step`` (work
         after the checkpoint being resumed, about to be redone) and torn lines."""

@@ -2,7 +2,8 @@
 change of what the run learns (train.lr, run.seed) is refused with one line naming each key
 and both values, exit 2, the run directory byte for byte as it was (one process, and rank 0
 of an MPI job); a change run.allow_changes names continues and is recorded with its step in
-config_history.jsonl; a time limit may change freely."""
+config_history.jsonl; a time limit may change freely; a run with nothing left to train
+keeps its summary's last evaluation."""
 
 from __future__ import annotations
 
@@ -111,6 +112,24 @@ def test_a_changed_time_limit_and_log_cadence_continue(trained, run):
         {"key": "train.max_steps", "old": 4, "new": 6, "learning": False},
         {"key": "run.dir", "old": str(trained), "new": str(run), "learning": False},
         {"key": "run.log_every", "old": 1, "new": 2, "learning": False}]
+
+
+def test_a_run_with_nothing_left_to_train_keeps_its_last_evaluation(tmp_path):
+    """The evaluation of the final parameters finishes after the last checkpoint is written;
+    starting the finished run again must not put the checkpoint's older summary back."""
+    run = tmp_path / "run"
+    args = ["configs/cartpole.yaml", "debug.synthetic_data=true", "train.max_steps=4",
+            "train.max_seconds=0", "eval.every=2", "eval.episodes=1", "eval.num_envs=1",
+            "run.progress=none", f"run.dir={run}"]
+    dba3c("train", *args)
+    first = yaml.safe_load((run / "summary.json").read_text())
+    assert first["last_eval"]["step"] == 4 and first["final_step"] == 4
+    proc = dba3c("train", *args)
+    assert "nothing to train" in proc.stderr
+    again = yaml.safe_load((run / "summary.json").read_text())
+    assert again["last_eval"] == first["last_eval"]
+    assert again["final_step"] == 4 and again["time_s"] >= first["time_s"]
+    assert again["stop_reason"] == "train.max_steps=4 reached"
 
 
 def test_rank_0_refusing_a_changed_config_ends_the_mpi_job_with_exit_2(tmp_path):

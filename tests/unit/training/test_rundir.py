@@ -1,7 +1,7 @@
 """dba3c.training.rundir: the run and sweep directories' names, readers (torn lines), atomic
 writers and the resume rule (a torn last metrics line does not block it), the config of a
-resumed run (what changed, what is refused, the history), on hand-made files and configs
-with expected values written out here."""
+resumed run (what changed, what is refused, the history) and the summary it goes on from, on
+hand-made files and configs with expected values written out here."""
 
 from __future__ import annotations
 
@@ -368,3 +368,16 @@ def test_create_appends_accepted_changes_to_the_history_before_the_config(tmp_pa
         {"key": "run.allow_changes", "old": "train.lr", "new": "run.seed", "learning": False}]
     assert yaml.safe_load(run.config_path.read_text())["run"]["seed"] == 2
     assert run.read_config_history() == records
+
+
+def test_a_resumed_summary_is_summary_json_only_when_it_records_the_resumed_step(tmp_path):
+    run = RunDir(tmp_path)
+    saved = {"final_step": 4, "last_eval": {"step": 2, "mean": 1.0}}
+    assert run.resumed_summary(4, saved) == saved  # no summary.json
+    newer = {"final_step": 4, "last_eval": {"step": 4, "mean": 3.0}, "time_s": 9.5}
+    run.write_summary(newer)
+    assert run.resumed_summary(4, saved) == newer
+    # summary.json past the checkpoint (a crash before the next one): its work is redone
+    assert run.resumed_summary(2, saved) == saved
+    run.summary_path.write_text("{torn")
+    assert run.resumed_summary(4, saved) == saved
