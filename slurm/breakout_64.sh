@@ -31,6 +31,10 @@
 #   DBA3C_OVERRIDES_FILE  a YAML file of config sections applied before them, e.g. the node
 #                    settings of `sbatch slurm/tune.sh` (dba3c tune --write)
 #
+# The time limit is the preset's train.max_seconds (2 h) plus 10 minutes for start-up, the last
+# evaluation and checkpoint; a job whose --time leaves less is warned at start (a run that
+# misses its target would otherwise be stopped by the signal below and requeued).
+#
 # Preemption and time limits: Slurm sends SIGUSR2 to this script 120 s before the limit (or
 # `scancel --signal=USR2 JOBID` at any time); it is forwarded to rank 0, which writes a
 # checkpoint and stops every rank cleanly; the script then requeues the job, which resumes
@@ -40,7 +44,7 @@
 #SBATCH --nodes=69
 #SBATCH --ntasks=69
 #SBATCH --exclusive
-#SBATCH --time=02:00:00
+#SBATCH --time=02:10:00
 #SBATCH --signal=B:USR2@120
 #SBATCH --requeue
 #SBATCH --open-mode=append

@@ -32,6 +32,16 @@ source "$lib"
 
 DBA3C_CONFIG=${DBA3C_CONFIG:-configs/breakout.yaml}
 OUT=${DBA3C_TUNE_OUT:-node-$(basename "$DBA3C_CONFIG" .yaml).yaml}
+# Settings tuned on a part of a node would be wrong for the whole node the real job gets: a
+# job without --exclusive may hold only the CPUs it asked for (one, by default).
+node=${SLURMD_NODENAME:-$(hostname -s)}
+node_cpus=$(scontrol show node "$node" -o 2>/dev/null | sed -n 's/.* CPUTot=\([0-9]*\).*/\1/p')
+if [[ -n $node_cpus && -n ${SLURM_CPUS_ON_NODE:-} && $SLURM_CPUS_ON_NODE -lt $node_cpus ]]; then
+    echo "error: this job holds $SLURM_CPUS_ON_NODE of $node's $node_cpus CPUs; tuned settings" \
+        "would fit that part, not the node: submit with --exclusive (the script's default)" \
+        "or --cpus-per-task=$node_cpus" >&2
+    exit 2
+fi
 echo "dba3c: tuning $DBA3C_CONFIG on $(hostname) for ${DBA3C_TUNE_SECONDS:-600} s -> $OUT"
 # one task of the whole node: the search sizes its candidates from the CPUs it is bound to
 exec srun --ntasks=1 --cpus-per-task="${SLURM_CPUS_ON_NODE:-1}" \

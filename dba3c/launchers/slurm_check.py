@@ -1,6 +1,7 @@
 """``python -m dba3c.launchers.slurm_check CONFIG NTASKS [KEY=VALUE | --overrides FILE ...]``:
 refuse, in the job log and before any rank starts, a layout that NTASKS tasks cannot hold (exit
-2, one line); print the layout and the allocation with the node-hours its time limit can spend."""
+2, one line); print the layout and the allocation with the node-hours its time limit can spend,
+and a warning when that limit leaves no room after ``train.max_seconds``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from dba3c.config import overrides_file
 from dba3c.distributed.roles import make_roles
 from dba3c.errors import UserError
-from dba3c.launchers.slurm_site import allocation_lines, slurm_minutes
+from dba3c.launchers.slurm_site import allocation_lines, short_time_limit, slurm_minutes
 from dba3c.preset import load_config
 
 
@@ -32,9 +33,11 @@ def main(argv: list[str]) -> int:
     nodes = os.environ.get("SLURM_JOB_NUM_NODES", "")
     per_node = roles.world_size // int(nodes) if nodes.isdigit() and int(nodes) else 1
     target = cfg.eval.target_score if cfg.eval.stop_at_target else None
-    for line in allocation_lines(roles.world_size, max(1, per_node), job_minutes(os.environ),
-                                 target):
+    minutes = job_minutes(os.environ)
+    for line in allocation_lines(roles.world_size, max(1, per_node), minutes, target):
         print(f"dba3c: {line}", flush=True)
+    if (warning := short_time_limit(minutes, cfg.train.max_seconds)) is not None:
+        print(f"warning: {warning}", flush=True)
     return 0
 
 

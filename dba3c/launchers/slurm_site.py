@@ -104,6 +104,22 @@ def time_limit_minutes(max_seconds: float, given: int | None) -> int:
     return math.ceil(max_seconds / 60) + MARGIN_MIN if max_seconds else UNTIMED_MIN
 
 
+def short_time_limit(minutes: int | None, max_seconds: float) -> str | None:
+    """A warning when a job's time limit of ``minutes`` leaves less than :data:`MARGIN_MIN`
+    after ``train.max_seconds`` for start-up, the final evaluation and checkpoint: a run
+    still short of its target would be stopped by the signal before the limit and requeued
+    (another whole allocation) instead of ending. None when it fits or nothing is known."""
+    if minutes is None or not max_seconds:
+        return None
+    needed = time_limit_minutes(max_seconds, None)
+    if minutes >= needed:
+        return None
+    return (f"the job's time limit of {minutes} min leaves less than {MARGIN_MIN} min after "
+            f"train.max_seconds={max_seconds:g} for start-up and the final evaluation: a run "
+            f"that misses its target is stopped and requeued; ask for --time={needed} (or "
+            f"more) or lower train.max_seconds")
+
+
 def executor_parameters(*, nodes: int, tasks_per_node: int, minutes: int,
                         cpus_per_task: int | None, site: SlurmSite, mpi_plugin: str,
                         signal_delay: int) -> dict:

@@ -70,9 +70,10 @@ def test_ranks_get_every_cpu_of_their_node_even_under_exact(binding, tmp_path):
     # SLURM_EXACT=1 (srun --exact, a default at some sites) would give a step's task one CPU
     log = run_job(tmp_path, "-N2", "-n2", "--exclusive", env={"SLURM_EXACT": "1"})
     assert f"srun --cpus-per-task={NODE_CPUS}" in log
-    # the job's own allocation and time limit (#SBATCH --time=02:00:00) at start
+    # the job's own allocation and time limit (#SBATCH --time=02:10:00: the preset's
+    # train.max_seconds=7200 and 10 minutes for start-up and the last evaluation) at start
     assert "dba3c: allocation: 2 node(s) x 1 task(s) = 2 tasks" in log
-    assert "dba3c: time limit: 120 min -> at most 4.0 node-hours" in log
+    assert "dba3c: time limit: 130 min -> at most 4.3 node-hours" in log
     ranks = bound(log)
     assert [ranks[r][0] for r in sorted(ranks)] == [NODE_CPUS, NODE_CPUS], log[-3000:]
     assert_one_rank_per_node([ranks[r][1] for r in sorted(ranks)], 2)
@@ -84,6 +85,31 @@ def test_a_rank_given_one_cpu_says_so_with_the_fix(binding, tmp_path):
     assert bound(log)[0][0] == 1
     warning = [line for line in log.splitlines() if line.startswith("warning: rank 0 ")]
     assert len(warning) == 1 and f"--cpus-per-task={NODE_CPUS}" in warning[0], log[-3000:]
+
+
+def test_a_site_without_exclusive_gives_the_cpus_by_count_and_a_short_limit_is_warned(
+        binding, tmp_path):
+    # where a site forbids --exclusive, --oversubscribe on the command line cancels the
+    # script's #SBATCH --exclusive and --cpus-per-task asks for the node's CPUs; a --time
+    # that leaves no room after train.max_seconds (the preset's 7200 s) is warned at start
+    log = run_job(tmp_path, "-N2", "-n2", "--oversubscribe", f"--cpus-per-task={NODE_CPUS}",
+                  "--time=60")
+    assert [cpus for cpus, _ in bound(log).values()] == [NODE_CPUS, NODE_CPUS], log[-3000:]
+    warnings = [line for line in log.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "warning: the job's time limit of 60 min leaves less than 10 min after "
+        "train.max_seconds=7200"), log[-3000:]
+
+
+def test_a_tune_job_on_part_of_a_node_is_refused(binding, tmp_path):
+    job = sbatch("--oversubscribe", "--cpus-per-task=1", "-o", tmp_path / "%j.out",
+                 "slurm/tune.sh", "--state", tmp_path / "state.json")
+    info = wait_job(job, tmp_path / f"{job}.out", timeout=120)
+    log = (tmp_path / f"{job}.out").read_text()
+    assert info["JobState"] == "FAILED" and info["ExitCode"].startswith("2:"), log[-3000:]
+    errors = [line for line in log.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "holds 1 of " in errors[0], log[-3000:]
+    assert f"--cpus-per-task={NODE_CPUS}" in errors[0] and "dba3c: tuning" not in log
 
 
 def test_the_pmi_plugin_is_chosen_for_the_mpi_and_a_wrong_one_stops_before_any_rank(

@@ -13,6 +13,7 @@ from dba3c.launchers.slurm_site import (
     allocation_lines,
     executor_parameters,
     nodes_for,
+    short_time_limit,
     site_from_args,
     slurm_minutes,
     smallest_node_cpus,
@@ -65,6 +66,16 @@ def test_the_time_limit_follows_max_seconds_plus_a_margin():
     assert time_limit_minutes(170, None) == 3 + MARGIN_MIN  # whole minutes, rounded up
     assert time_limit_minutes(0, None) == UNTIMED_MIN
     assert time_limit_minutes(1800, 45) == 45  # --time wins
+
+
+def test_a_time_limit_without_the_margin_after_max_seconds_is_warned():
+    # 2 hours of training in a 2-hour job: the signal would stop it and requeue it
+    warning = short_time_limit(120, 7200)
+    assert warning is not None and "120 min leaves less than 10 min after " \
+        "train.max_seconds=7200" in warning and f"--time={120 + MARGIN_MIN}" in warning
+    assert short_time_limit(120 + MARGIN_MIN, 7200) is None
+    assert short_time_limit(None, 7200) is None  # no limit known
+    assert short_time_limit(5, 0) is None  # a run without its own limit
 
 
 def test_the_job_and_its_srun_get_the_cpus_the_plugin_and_the_site():
