@@ -30,8 +30,10 @@ lint: $(STAMP)  ## ruff (style, imports, bugbear, annotations) and mypy (types),
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# Two pytest workers: the Slurm and emulated-cluster tests (one cluster at a time, mostly
+# waiting on the scheduler) beside all the others, one test at a time each (tests/conftest.py).
 test: lint  ## lint, then the whole test suite (CI runs this; a lint failure fails it)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 test-fast: $(STAMP)  ## unit tests only (tests/unit: in-process, no subprocess)
 	$(BIN)/python -m pytest -q tests/unit

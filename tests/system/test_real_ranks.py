@@ -9,6 +9,10 @@ import re
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.namespaces
+
 
 def test_each_rank_runs_on_its_own_emulated_node_and_cores(tmp_path):
     out = tmp_path / "real_ranks.json"
