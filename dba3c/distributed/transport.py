@@ -297,7 +297,8 @@ class TransportView:
 
 class MpiCollectives:
     """:class:`Collectives` on an MPI communicator (MPI's own algorithms: MPICH picks ring,
-    recursive halving/doubling or pairwise exchange by size)."""
+    recursive halving/doubling or pairwise exchange by size). Each request holds its
+    operation's arrays until it completes (:class:`MpiRequest`)."""
 
     def __init__(self, comm: Any):
         from mpi4py import MPI
@@ -307,30 +308,43 @@ class MpiCollectives:
 
     def ireduce_scatter(self, send: np.ndarray, recv: np.ndarray,
                         counts: Sequence[int]) -> MpiRequest:
-        return MpiRequest(self._comm.Ireduce_scatter(send, recv, list(counts), op=self._sum))
+        return MpiRequest(self._comm.Ireduce_scatter(send, recv, list(counts), op=self._sum),
+                          send, recv)
 
     def iallreduce(self, send: np.ndarray, recv: np.ndarray) -> MpiRequest:
-        return MpiRequest(self._comm.Iallreduce(send, recv, op=self._sum))
+        return MpiRequest(self._comm.Iallreduce(send, recv, op=self._sum), send, recv)
 
     def iallgather(self, send: np.ndarray, recv: np.ndarray,
                    counts: Sequence[int]) -> MpiRequest:
-        return MpiRequest(self._comm.Iallgatherv(send, [recv, (list(counts), offsets(counts))]))
+        return MpiRequest(self._comm.Iallgatherv(send, [recv, (list(counts), offsets(counts))]),
+                          send, recv)
 
 
 class MpiRequest:
     """A pending MPI operation: :meth:`test` polls it; :meth:`wait` is MPI's own blocking
-    wait (MPICH busy-polls a core in it; ``dba3c.benchmarks.waiting`` measures both)."""
+    wait (MPICH busy-polls a core in it; ``dba3c.benchmarks.waiting`` measures both).
 
-    def __init__(self, request: Any):
-        self._request = request
+    ``buffers``: the operation's arrays, held until it completes. mpi4py (4.1) holds those
+    of a point-to-point operation but not those of a nonblocking collective, and MPI reads
+    and writes them until it completes: a staged gradient's bucket, whose array the backward
+    pass drops once the bucket is offered, was freed while Open MPI's reduce-scatter still
+    read it (it sends a buffer as the collective advances), and the ranks summed what the
+    allocator had written there (MPICH had read it by then)."""
+
+    def __init__(self, request: Any, *buffers: np.ndarray):
+        self._request, self._buffers = request, buffers
 
     def test(self) -> bool:
         """True once the operation has completed."""
-        return bool(self._request.Test())
+        done = bool(self._request.Test())
+        if done:
+            self._buffers = ()
+        return done
 
     def wait(self) -> None:
         """Block in ``MPI_Wait`` until the operation completes."""
         self._request.Wait()
+        self._buffers = ()
 
 
 class Completed:

@@ -6,10 +6,12 @@ back-off, and the transport view a ``dba3c bench --scale`` job plays each point 
 from __future__ import annotations
 
 import ctypes
+import gc
 import io
 import sys
 import threading
 import time
+import weakref
 from typing import Any, cast
 
 import numpy as np
@@ -20,6 +22,8 @@ from dba3c.distributed.transport import (
     PR_GET_TIMERSLACK,
     TIMER_SLACK_NS,
     InProcessTransport,
+    MpiCollectives,
+    MpiRequest,
     Poller,
     TransportView,
     collective_environment,
@@ -168,3 +172,61 @@ def test_a_ranks_stderr_writes_each_printed_line_in_one_piece():
     print("progress 50%", end="\r", file=stderr)
     assert raw.writes == [b"error: rank 3 failed\n", b"progress 50%\r"]
     whole_lines(object())  # a stream without reconfigure (a test's capture): left alone
+
+
+class FakeMpiRequest:
+    """An mpi4py request that completes when told to; like mpi4py's of a nonblocking
+    collective it holds no reference to the operation's arrays."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def Test(self) -> bool:
+        return self.done
+
+    def Wait(self) -> None:
+        self.done = True
+
+
+class FakeComm:
+    """The communicator calls of MpiCollectives, each a FakeMpiRequest."""
+
+    def __init__(self) -> None:
+        self.requests: list[FakeMpiRequest] = []
+
+    def Get_rank(self) -> int:
+        return 0
+
+    def Get_size(self) -> int:
+        return 1
+
+    def _start(self, *_: Any, **__: Any) -> FakeMpiRequest:
+        self.requests.append(FakeMpiRequest())
+        return self.requests[-1]
+
+    Ireduce_scatter = Iallreduce = Iallgatherv = _start
+
+
+@pytest.mark.parametrize("op", ["ireduce_scatter", "iallreduce", "iallgather"])
+def test_a_collective_holds_its_arrays_until_it_completes(op):
+    """mpi4py keeps no reference to a nonblocking collective's arrays; an array its caller
+    dropped (a staged gradient's bucket) must live until MPI is done with it: Open MPI read
+    freed memory there."""
+    comm = FakeComm()
+    group = MpiCollectives(comm)
+    grad = np.ones(8, np.float32)
+    send, recv = weakref.ref(grad), np.zeros(8, np.float32)
+    start = getattr(group, op)
+    request = start(grad[2:6], recv) if op == "iallreduce" else start(grad[2:6], recv, [4])
+    del grad
+    gc.collect()
+    assert send() is not None and not request.test()
+    gc.collect()
+    assert send() is not None  # a test that found it pending keeps it
+    comm.requests[0].done = True
+    assert request.test()
+    gc.collect()
+    assert send() is None  # released once complete
+    waited = MpiRequest(FakeMpiRequest(), np.ones(2))
+    waited.wait()
+    assert waited.test()
