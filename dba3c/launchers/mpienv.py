@@ -4,18 +4,24 @@ belongs to."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
-# Set by MPICH/Hydra (PMI_SIZE), Open MPI, Slurm's srun (PMI2 exports PMI_SIZE too).
+# Set by MPICH/Hydra (PMI_SIZE), Open MPI's mpiexec, Slurm's srun (PMI2 exports PMI_SIZE too).
 _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS_TOTAL")
 
 
-def world_size_hint() -> int:
+def world_size_hint(environ: Mapping[str, str] | None = None) -> int:
     """The MPI world size announced by the launcher (1 when not launched under MPI), so a
-    plain ``dba3c train`` never initialises MPI."""
+    plain ``dba3c train`` never initialises MPI. ``srun --mpi=pmix`` (Open MPI 5) exports no
+    size, only PMIx's contact (``PMIX_RANK``): there the step's task count is the world's."""
+    env = os.environ if environ is None else environ
     for name in _SIZE_VARS:
-        value = os.environ.get(name, "")
+        value = env.get(name, "")
         if value.isdigit():
             return int(value)
+    step_tasks = env.get("SLURM_STEP_NUM_TASKS", "")
+    if "PMIX_RANK" in env and step_tasks.isdigit():
+        return int(step_tasks)
     return 1
 
 

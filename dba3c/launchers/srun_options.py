@@ -31,7 +31,7 @@ SPOKEN = {"mpich": ("pmi2", "pmix"), "cray-mpich": ("cray_shasta", "pmi2"),
 def library_first_line(library_version: str) -> str:
     """The first line of ``MPI_Get_library_version``'s text, which names the library and its
     version ("" for no text); the lines after it (release date, configure options) do not."""
-    return (library_version.strip().splitlines() or [""])[0]
+    return (library_version.replace("\0", "").strip().splitlines() or [""])[0]
 
 
 def mpi_family(library_version: str) -> str:
@@ -104,7 +104,7 @@ def library_version() -> str:
     mpi4py.rc.initialize = False
     from mpi4py import MPI
 
-    return str(MPI.Get_library_version())
+    return str(MPI.Get_library_version()).replace("\0", "")  # Open MPI's ends in a NUL
 
 
 def mpi_plugin(environ: Mapping[str, str]) -> tuple[str, str]:

@@ -8,6 +8,7 @@ from dba3c.launchers.srun_options import (
     choose_plugin,
     cpus_per_task,
     expand_counts,
+    library_first_line,
     mpi_family,
     offered_plugins,
 )
@@ -95,3 +96,8 @@ def test_unreadable_or_mismatched_counts_are_refused():
 def test_only_the_first_line_names_the_library():
     # an MPICH built with Intel's compilers says so on its configure line
     assert mpi_family(MPICH_WHEEL + "MPICH configure: CC=icx --with-intel-flags\n") == "mpich"
+
+
+def test_open_mpis_trailing_nul_is_no_part_of_the_name():
+    text = "Open MPI v5.0.11, package: Open MPI Distribution, ident: 5.0.11, Sep 16, 2026\0"
+    assert library_first_line(text).endswith("2026") and mpi_family(text) == "openmpi"
