@@ -89,7 +89,9 @@ case $DBA3C_LAUNCHER in
              SRUN_OPTIONS=$(python3 -m dba3c.launchers.srun_options) || exit $?
              # shellcheck disable=SC2206
              launch=(srun $SRUN_OPTIONS --kill-on-bad-exit=1 --ntasks="$NTASKS"); stop_sig=USR2 ;;
-    mpiexec) launch=(mpiexec -n "$NTASKS"); stop_sig=TERM ;;  # MPICH's mpiexec dies on USR2
+    mpiexec) launch=(mpiexec -n "$NTASKS"); stop_sig=TERM  # MPICH's mpiexec dies on USR2;
+             # Open MPI's ends the job on TERM without passing it on, and forwards USR2
+             [[ $(mpiexec --version 2>&1) == *"Open MPI"* ]] && stop_sig=USR2 ;;
     *) echo "error: DBA3C_LAUNCHER=$DBA3C_LAUNCHER must be srun or mpiexec" >&2; exit 2 ;;
 esac
 

@@ -51,7 +51,7 @@ from dba3c.distributed.transport import (
     precise_sleeps,
     wait_until,
 )
-from dba3c.launchers.local import find_mpiexec
+from dba3c.launchers.local import find_mpiexec, launch_environment
 from dba3c.learning.params import ShardPlan
 
 PAPER_PARAMS = 332_295  # the paper's network at FC 128 (RGB input padded to 16 channels)
@@ -143,7 +143,7 @@ def run_point(ranks: int, strategy: str, num_params: int, rounds: int, late_ms: 
            "dba3c.benchmarks.waiting", "--rank-of-point", strategy, "--params",
            str(num_params), "--rounds", str(rounds), "--late-ms", str(late_ms),
            "--timer-slack-ns", str(slack_ns), "--algorithm", algorithm]
-    env = dict(os.environ, MPIR_CVAR_CH4_CMA_ENABLE="1")  # as `dba3c launch` sets it
+    env = launch_environment()  # as `dba3c launch` starts its ranks
     load = os.getloadavg()[0]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True,
                          timeout=600).stdout

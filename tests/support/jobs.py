@@ -222,7 +222,9 @@ def reference_run(theta0: np.ndarray, workers_at: Callable[[int], Sequence[int]]
 
 # ---- the stall watchdog on real runs ------------------------------------------------------
 def rank_pid(job: Job, rank: int) -> int:
-    """The pid of MPI rank ``rank`` of a job (PMI_RANK in its environment)."""
+    """The pid of MPI rank ``rank`` of a job (PMI_RANK in its environment: MPICH's mpiexec;
+    PMIX_RANK: Open MPI's)."""
+    marks = {f"{name}={rank}".encode() for name in ("PMI_RANK", "PMIX_RANK")}
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         for pid in descendants(job.proc.pid):
@@ -230,7 +232,7 @@ def rank_pid(job: Job, rank: int) -> int:
                 environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if f"PMI_RANK={rank}".encode() in environ:
+            if marks & set(environ):
                 return pid
         time.sleep(0.2)
     raise AssertionError(f"rank {rank} not found")

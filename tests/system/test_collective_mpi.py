@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from dba3c.config import DistConfig
-from dba3c.launchers.local import find_mpiexec
+from dba3c.launchers.local import find_mpiexec, launch_environment
 from dba3c.learning.models import NetSpec
 from tests.support import ROOT, dba3c, latest_checkpoint, read_jsonl
 from tests.support.jobs import (
@@ -38,6 +38,7 @@ from tests.support.jobs import (
     summary,
     wait_for_steps,
 )
+from tests.support.mpi import mpi_family
 from tests.support.world import check_collectives
 
 MPI_SCRIPT = """
@@ -61,7 +62,7 @@ def test_mpi_collectives_sum_and_gather_over_the_members_only(tmp_path, algorith
     out = str(tmp_path / "rank")
     script = MPI_SCRIPT.format(root=str(ROOT), out=out, algorithm=algorithm)
     subprocess.run([find_mpiexec(), "-n", "4", sys.executable, "-c", script], cwd=ROOT,
-                   check=True, timeout=120)
+                   env=launch_environment(), check=True, timeout=120)
     results = [pickle.loads((tmp_path / f"rank{r}").read_bytes()) for r in range(4)]
     check_collectives(results)
 
@@ -158,7 +159,9 @@ def test_a_signal_stops_a_collective_run_with_a_checkpoint_and_it_resumes_bit_fo
         wait_for_steps(run, job, 10)
         pid = job.proc.pid if sig == signal.SIGTERM else rank_pid(job, 0)
         assert stop_with_signal(job, pid, sig, timeout=10) == 0, job.output[-3000:]
-        s = assert_stopped_by_signal(job, run, sig)
+        # Open MPI's mpiexec cannot pass SIGTERM on: the launcher relays it as SIGUSR2
+        relayed = signal.SIGUSR2 if pid == job.proc.pid and mpi_family() == "openmpi" else sig
+        s = assert_stopped_by_signal(job, run, relayed)
     launch(2, f"train.max_steps={s + 3}", "run.checkpoint_every=0", f"run.dir={run}")
     ref = tmp_path / "ref"
     launch(2, f"train.max_steps={s + 3}", "run.checkpoint_every=0", f"run.dir={ref}")
