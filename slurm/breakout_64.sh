@@ -20,7 +20,9 @@
 #                                            requeues, so a requeued job resumes)
 #   DBA3C_VENV       Python environment to activate (default: the checkout's .venv if it
 #                    exists; otherwise the python3 on PATH is used)
-#   DBA3C_MODULES    modules to `module load` first, space separated (e.g. "openmpi/4.1")
+#   DBA3C_MODULES    modules to `module load` first, space separated (e.g. "openmpi/4.1"); an
+#                    MPI among them is used by a venv installed without an MPI wheel (make
+#                    install MPI=site) and refused beside a wheel (slurm/lib.sh, README)
 #   DBA3C_LAUNCHER   srun (default) or mpiexec (inside the allocation)
 #   DBA3C_SRUN_MPI   srun's PMI plugin (default: the first of `srun --mpi=list` that the MPI
 #                    library speaks: pmi2 for MPICH, pmix for Open MPI, cray_shasta for Cray)
