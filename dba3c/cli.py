@@ -430,7 +430,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from dba3c.launchers.doctor import doctor
     from dba3c.launchers.mpienv import world_size_hint
 
-    return doctor(args.config, args.overrides, args.timeout, world_size_hint(), args.json)
+    return doctor(args.config, args.overrides, args.timeout, world_size_hint(), args.json,
+                  environ=os.environ)
 
 
 COMMANDS = {"train": cmd_train, "describe": cmd_describe, "keys": cmd_keys,

@@ -3,10 +3,14 @@ node-hours. Alone (one process), under ``mpiexec``/``srun`` (every rank runs it)
 ``sbatch slurm/doctor.sh`` with the real job's node count.
 
 Each rank checks itself (:func:`local_report`): its host, the CPUs it is bound to and the
-node's count, the MPI library, the PMI its launcher speaks (the variables seen), TensorFlow's
-version, oneDNN on or off, the thread pools the config's ``env`` and ``train`` sections would
-give it, whether the config's game opens (one simulator), and the free disk under the run
-directory. Rank 0 gathers the reports and then measures each pair of rank 0 with another rank,
+node's count, the MPI library (its name and the file mpi4py loaded), the PMI its launcher
+speaks (the variables seen), TensorFlow's version, oneDNN on or off, the thread pools the
+config's ``env`` and ``train`` sections would give it, whether the config's game opens (one
+simulator), and the free disk under the run directory. Rank 0 (or the one process) also names
+the launchers a job would use (:func:`launch_info`): the ``mpiexec`` that ``dba3c launch`` and
+``DBA3C_LAUNCHER=mpiexec`` start and the MPI it belongs to, and the ``srun --mpi`` plugin the
+sbatch scripts pass (``DBA3C_SRUN_MPI`` when set, read as they read it). Rank 0 gathers the
+reports and then measures each pair of rank 0 with another rank,
 one pair at a time (no two pairs share a link at once): the median round trip of 8 bytes and
 the median rate of 4 MiB ping-pongs, in payload bytes per second one way. Only pairs between
 two hosts are compared with each other (pairs on one host move through memory).
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -39,7 +44,14 @@ import numpy as np
 from dba3c.config import Config, is_atari
 from dba3c.core import Request, Transport
 from dba3c.cpus import binding_warning, bound_cpus, cpu_ranges, threads_for
-from dba3c.launchers.srun_options import library_first_line, library_version
+from dba3c.errors import UserError
+from dba3c.launchers.local import find_mpiexec, mpiexec_family, mpiexec_version
+from dba3c.launchers.srun_options import (
+    library_first_line,
+    library_version,
+    mpi_family,
+    mpi_plugin,
+)
 
 DEFAULT_CONFIG = "configs/breakout_64.yaml"
 DEFAULT_TIMEOUT_S = 60.0
@@ -81,6 +93,7 @@ class RankReport:
     rom_error: str | None
     disk_path: str              # the run directory's nearest existing parent
     disk_free: int              # bytes free there
+    mpi_file: str = ""          # the MPI library's file, as loaded ("" unknown)
 
     def to_json(self) -> str:
         """One JSON object (:meth:`from_json` reads it back)."""
@@ -93,6 +106,23 @@ class RankReport:
         d["cpus"], d["pmi_vars"] = tuple(d["cpus"]), tuple(d["pmi_vars"])
         d["threads"] = tuple(d["threads"])
         return RankReport(**d)
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    """The launchers a job would start its ranks with, as rank 0 (or the one process) finds
+    them: ``mpiexec``, the one ``dba3c launch`` and ``DBA3C_LAUNCHER=mpiexec`` use ("" when
+    none is found), and its ``--version`` text; ``srun``, the line saying which ``--mpi``
+    plugin the sbatch scripts would pass and why ("" when srun is not on PATH), or
+    ``srun_error`` when none fits (``DBA3C_SRUN_MPI`` not offered, or no plugin the MPI
+    speaks), a problem only where a job would fail on it (``srun_judged``:
+    ``DBA3C_SRUN_MPI`` set, or inside a Slurm job)."""
+
+    mpiexec: str
+    mpiexec_version: str
+    srun: str
+    srun_error: str | None
+    srun_judged: bool
 
 
 @dataclass(frozen=True)
@@ -136,6 +166,89 @@ def mpi_name(library_version: str) -> str:
     return " ".join(library_first_line(library_version).split(",")[0].split())
 
 
+def loaded_mpi_file(maps: str) -> str:
+    """The MPI library's file among a process's mapped files (``/proc/self/maps``): the
+    first ``libmpi.so*`` or ``libmpi_<variant>.so*`` (Cray's ``libmpi_gnu_123.so``), not the
+    C++/Fortran bindings; "" when none is mapped."""
+    for path in re.findall(r"\s(/\S+)$", maps, re.M):
+        name = path.rsplit("/", 1)[-1]
+        if re.match(r"libmpi(_(?!cxx|usempi|mpifh)[a-z0-9]+)*\.so", name):
+            return path
+    return ""
+
+
+def this_mpi_file() -> str:
+    """The MPI library file this process has loaded ("" when none, or no /proc)."""
+    try:
+        return loaded_mpi_file(Path("/proc/self/maps").read_text())
+    except OSError:
+        return ""
+
+
+def mpiexec_name(version_text: str) -> str:
+    """An ``mpiexec --version`` text in a few words: ``Open MPI 5.0.11``, ``MPICH hydra
+    5.0.2``, Intel's first line; "" for no text."""
+    found = re.search(r"\(Open MPI\)\s*(\S+)", version_text)
+    if found:
+        return f"Open MPI {found.group(1)}"
+    found = re.search(r"HYDRA build details:\s*Version:\s*(\S+)", version_text)
+    if found and "intel" not in version_text.lower():
+        return f"MPICH hydra {found.group(1)}"
+    lines = [line.strip() for line in version_text.splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+# MPICH, Intel MPI and Cray MPICH speak PMI to one another's launchers; Open MPI speaks PMIx
+PMI_KIN = {"mpich": "pmi", "intel": "pmi", "cray-mpich": "pmi", "openmpi": "pmix"}
+
+
+def launch_problem(launch: LaunchInfo, library: str, library_file: str = "") -> str | None:
+    """The launchers' first problem (one line, no ``error:``), or None: an srun choice that
+    fails where a job would fail on it, then an mpiexec of another MPI than the library
+    mpi4py loads (its ranks would not form one world: the venv's MPI wheel and a site's
+    MPI mixed, README "Which MPI")."""
+    if launch.srun_error and launch.srun_judged:
+        return launch.srun_error
+    lib_kin = PMI_KIN.get(mpi_family(library))
+    exe_kin = PMI_KIN.get(mpiexec_family(launch.mpiexec_version))
+    if lib_kin and exe_kin and lib_kin != exe_kin:
+        where = f" ({library_file})" if library_file else ""
+        return (f"mpiexec {launch.mpiexec} is {mpiexec_name(launch.mpiexec_version)}'s, but "
+                f"mpi4py loads {library_first_line(library)}{where}: the ranks it starts "
+                f"would not form one MPI world; put that MPI's own mpiexec first on PATH, or "
+                f"install the venv for the MPI you load (make install MPI=...; README "
+                f"\"Which MPI\")")
+    return None
+
+
+def launch_info(environ: Mapping[str, str]) -> LaunchInfo:
+    """This machine's :class:`LaunchInfo`: ``mpiexec --version`` of the mpiexec found, and
+    :func:`dba3c.launchers.srun_options.mpi_plugin` on ``environ`` (``DBA3C_SRUN_MPI``) as
+    the sbatch scripts call it."""
+    try:
+        mpiexec = find_mpiexec()
+    except UserError:
+        mpiexec = ""
+    version = mpiexec_version(mpiexec) if mpiexec else ""
+    srun, srun_error = "", None
+    if shutil.which("srun"):
+        try:
+            srun = mpi_plugin(environ)[1]
+        except UserError as e:
+            srun_error = str(e)
+    judged = bool(environ.get("DBA3C_SRUN_MPI")) or "SLURM_JOB_ID" in environ
+    return LaunchInfo(mpiexec, version, srun, srun_error, judged)
+
+
+def launch_lines(launch: LaunchInfo) -> list[str]:
+    """The launchers in two lines: ``mpiexec: PATH (MPI)`` and ``srun: ...``."""
+    name = mpiexec_name(launch.mpiexec_version)
+    mpiexec = (f"{launch.mpiexec}" + (f" ({name})" if name else "")) if launch.mpiexec else \
+        "none found (no MPI wheel in this venv, no mpiexec on PATH)"
+    srun = launch.srun.removeprefix("srun ") or launch.srun_error or "not on PATH"
+    return [f"mpiexec: {mpiexec}", f"srun: {srun}"]
+
+
 def disk_free(run_dir: str) -> tuple[str, int]:
     """(the nearest existing directory at or above ``run_dir``, bytes free in its file
     system)."""
@@ -161,15 +274,17 @@ def rom_check(cfg: Config) -> str | None:
     return None
 
 
-def local_report(rank: int, cfg: Config, mpi_library: str) -> RankReport:
-    """This rank's :class:`RankReport` (imports TensorFlow and opens the game once)."""
+def local_report(rank: int, cfg: Config, mpi_library: str,
+                 environ: Mapping[str, str] | None = None) -> RankReport:
+    """This rank's :class:`RankReport` (imports TensorFlow and opens the game once);
+    ``environ`` (this process's by default) names the PMI."""
     import tensorflow as tf
 
     from dba3c.learning.learner import onednn_enabled
 
     cpus = bound_cpus()
     threads = threads_for(cfg.env, cfg.train, len(cpus))
-    pmi, pmi_vars = pmi_in_use(os.environ)
+    pmi, pmi_vars = pmi_in_use(os.environ if environ is None else environ)
     path, free = disk_free(cfg.run.dir)
     return RankReport(
         rank=rank, host=socket.gethostname(), cpus=cpus, node_cpus=os.cpu_count() or 1,
@@ -177,7 +292,7 @@ def local_report(rank: int, cfg: Config, mpi_library: str) -> RankReport:
         onednn=onednn_enabled(),
         threads=(threads.simulators, threads.intra_op, threads.inter_op),
         rom=cfg.env.id, rom_atari=is_atari(cfg.env.id), rom_error=rom_check(cfg),
-        disk_path=path, disk_free=free)
+        disk_path=path, disk_free=free, mpi_file=this_mpi_file())
 
 
 # ------------------------------------------------------------------- the verdict and table
@@ -212,10 +327,12 @@ def _pair_hosts(p: PairResult, hosts: Mapping[int, str]) -> str:
 
 
 def verdict(rows: Sequence[RankReport], pairs: Sequence[PairResult], *,
-            world_size: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
+            world_size: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+            launch: LaunchInfo | None = None) -> str | None:
     """The first problem, as one line without the ``error:`` prefix, or None when the job
     may run. In this order: ranks of ``world_size`` that sent no report (within
-    ``timeout_s``); then rank by rank, a rank bound to fewer CPUs than its share of its node
+    ``timeout_s``); then the launchers (:func:`launch_problem`, against rank 0's library);
+    then rank by rank, a rank bound to fewer CPUs than its share of its node
     (:func:`dba3c.cpus.binding_warning`'s rule, the ranks per node counted from the rows'
     hosts), a game that does not open; then a pair that went silent; then the slowest pair
     between two hosts below ``SLOW_FRACTION`` x the median rate of such pairs
@@ -226,6 +343,11 @@ def verdict(rows: Sequence[RankReport], pairs: Sequence[PairResult], *,
         return (f"rank(s) {', '.join(map(str, silent))} sent no report within "
                 f"{timeout_s:g} s (unreachable, not started, or stuck in their checks); "
                 f"{len(reported)} of {world_size} reported")
+    first = min(rows, key=lambda r: r.rank, default=None)
+    if launch is not None and first is not None:
+        problem = launch_problem(launch, first.mpi, first.mpi_file)
+        if problem:
+            return problem
     per_node = ranks_on_nodes(rows)
     for r in sorted(rows, key=lambda r: r.rank):
         warning = binding_warning(len(r.cpus), r.node_cpus, per_node[r.host])
@@ -258,15 +380,18 @@ def _columns(header: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
             for row in [header, *body]]
 
 
-def table(rows: Sequence[RankReport], pairs: Sequence[PairResult]) -> str:
+def table(rows: Sequence[RankReport], pairs: Sequence[PairResult],
+          launch: LaunchInfo | None = None) -> str:
     """The doctor's one table: a row per rank (rank order), then a row per pair with its
-    latency and rate; the slowest pair between hosts is marked. Ends with a newline."""
+    latency and rate; the slowest pair between hosts is marked; then the launchers
+    (:func:`launch_lines`), each block after an empty line. Ends with a newline."""
     per_node = ranks_on_nodes(rows)
     body = []
     for r in sorted(rows, key=lambda r: r.rank):
         rom = ("ok" if r.rom_error is None else "FAILS") + ("" if r.rom_atari else " (no ROM)")
         body.append([str(r.rank), r.host, f"{len(r.cpus)}/{r.node_cpus} ({cpu_ranges(r.cpus)})",
-                     str(per_node[r.host]), r.mpi or "-",
+                     str(per_node[r.host]),
+                     (r.mpi or "-") + (f" ({r.mpi_file})" if r.mpi_file else ""),
                      f"{r.pmi}" + (f" [{' '.join(r.pmi_vars)}]" if r.pmi_vars else ""),
                      r.tensorflow, "on" if r.onednn else "off",
                      "/".join(map(str, r.threads)), f"{r.rom} {rom}",
@@ -292,6 +417,8 @@ def table(rows: Sequence[RankReport], pairs: Sequence[PairResult]) -> str:
                      for p in pairs]
         lines += [""] + _columns(["pair", "hosts", "latency (8 B)", "bandwidth (4 MiB)", ""],
                                  pair_rows)
+    if launch is not None:
+        lines += ["", *launch_lines(launch)]
     return "\n".join(lines) + "\n"
 
 
@@ -390,13 +517,15 @@ class Outcome:
     rows: list[RankReport]
     pairs: list[PairResult]
     problem: str | None
+    launch: LaunchInfo | None = None
 
 
 def run_ranks(t: Transport, report: Callable[[], RankReport], timeout_s: float,
-              progress: Callable[[str], None]) -> Outcome:
+              progress: Callable[[str], None], launch: LaunchInfo | None = None) -> Outcome:
     """Every rank of ``t`` calls it. Each rank makes its ``report``; rank 0 gathers them
     (``timeout_s``), measures each pair of rank 0 with another rank in turn
-    (``timeout_s`` per pair), decides (:func:`verdict`) and sends every rank the exit code.
+    (``timeout_s`` per pair), decides (:func:`verdict`, with rank 0's ``launch``) and sends
+    every rank the exit code.
     A rank silent past its timeout ends the world with ``t.abort(1)`` after an ``error:``
     line naming it (rank 0 prints the table of what it has first). A rank other than 0
     waits for its pair at most (rank + 2) x ``timeout_s`` and then for the verdict at most
@@ -444,10 +573,10 @@ def run_ranks(t: Transport, report: Callable[[], RankReport], timeout_s: float,
              f"{time.monotonic() - start:.1f} s")
 
     def fail(problem: str, pairs: list[PairResult]) -> Outcome:
-        print(table(rows, pairs), end="", flush=True)
+        print(table(rows, pairs, launch), end="", flush=True)
         print(f"error: {problem}", file=sys.stderr, flush=True)
         t.abort(1)
-        return Outcome(1, rows, pairs, problem)
+        return Outcome(1, rows, pairs, problem, launch)
 
     if len(rows) < size:
         return fail(verdict(rows, [], world_size=size, timeout_s=timeout_s) or "", [])
@@ -460,23 +589,25 @@ def run_ranks(t: Transport, report: Callable[[], RankReport], timeout_s: float,
         pairs.append(measure_pair(t, peer, timeout_s))
         if pairs[-1].error:
             return fail(verdict(rows, pairs) or "", pairs)
-    problem = verdict(rows, pairs, world_size=size, timeout_s=timeout_s)
+    problem = verdict(rows, pairs, world_size=size, timeout_s=timeout_s, launch=launch)
     code = 1 if problem else 0
     code_buf, ack_bufs = np.full(1, code, np.int64), np.zeros((size, 1), np.int8)
     done = [t.isend(code_buf, r, DONE_TAG) for r in range(1, size)]
     acks = [t.irecv(ack_bufs[r], r, ACK_TAG) for r in range(1, size)]
     _wait(done + acks, timeout_s, 1e-3)
-    return Outcome(code, rows, pairs, problem)
+    return Outcome(code, rows, pairs, problem, launch)
 
 
 def doctor(config: str, overrides: Sequence[str], timeout_s: float, world_size: int,
-           json_path: str | None = None, out: TextIO | None = None) -> int:
+           json_path: str | None = None, out: TextIO | None = None,
+           environ: Mapping[str, str] | None = None) -> int:
     """``dba3c doctor``: alone (``world_size`` 1: no MPI) or as one rank of an MPI job.
+    ``environ`` (the launcher's environment: this process's by default) names the PMI and
+    holds ``DBA3C_SRUN_MPI``, which rank 0 reads as the sbatch scripts do (:func:`launch_info`).
     Rank 0 prints progress on stderr, the table on ``out`` (stdout) and the first problem
-    as one ``error:`` line; ``json_path``: rank 0 also writes the rows, pairs and problem
-    there (not when a silent rank ends the job).
+    as one ``error:`` line; ``json_path``: rank 0 also writes the rows, pairs, launchers and
+    problem there (not when a silent rank ends the job).
     Returns the exit code (0, or 1 for a problem; every rank returns rank 0's)."""
-    from dba3c.errors import UserError
     from dba3c.outputs import check_output_file
     from dba3c.preset import load_config
 
@@ -486,29 +617,33 @@ def doctor(config: str, overrides: Sequence[str], timeout_s: float, world_size: 
         check_output_file(json_path, f"--json {json_path}")  # not after minutes of checks
     cfg = load_config(config, list(overrides))
     out = out or sys.stdout
+    env: Mapping[str, str] = os.environ if environ is None else environ
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     if world_size == 1:
         progress("doctor: 1 rank (no MPI job): checking this process")
-        rows = [local_report(0, cfg, library_version())]  # asked without starting MPI
-        problem = verdict(rows, [], world_size=1)
-        outcome = Outcome(1 if problem else 0, rows, [], problem)
+        rows = [local_report(0, cfg, library_version(), env)]  # asked without starting MPI
+        launch = launch_info(env)
+        problem = verdict(rows, [], world_size=1, launch=launch)
+        outcome = Outcome(1 if problem else 0, rows, [], problem, launch)
     else:
         from dba3c.distributed.transport import MpiTransport
 
         t = MpiTransport(cfg.dist.collective_algorithm)
         library = library_version()  # after MPI started (asked first, it keeps MPI off)
-        outcome = run_ranks(t, lambda: local_report(t.rank, cfg, library), timeout_s,
-                            progress)
+        outcome = run_ranks(t, lambda: local_report(t.rank, cfg, library, env), timeout_s,
+                            progress, launch_info(env) if t.rank == 0 else None)
         if t.rank != 0:
             return outcome.code
-    print(table(outcome.rows, outcome.pairs), end="", file=out, flush=True)
+    print(table(outcome.rows, outcome.pairs, outcome.launch), end="", file=out, flush=True)
     if json_path:
         Path(json_path).write_text(json.dumps(
             {"rows": [asdict(r) for r in outcome.rows],
-             "pairs": [asdict(p) for p in outcome.pairs], "problem": outcome.problem},
+             "pairs": [asdict(p) for p in outcome.pairs],
+             "launch": asdict(outcome.launch) if outcome.launch else None,
+             "problem": outcome.problem},
             indent=1) + "\n")
     if outcome.problem:
         print(f"error: {outcome.problem}", file=sys.stderr, flush=True)

@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +25,7 @@ from dba3c.benchmarks.emulated import cluster
 from dba3c.launchers.local import find_mpiexec, launch_environment
 from tests.support import ROOT
 from tests.support.cluster import running_cluster
+from tests.support.mpi import LIBRARY_NAME, MPIEXEC_PMI, SRUN_PLUGIN, hydra_only, mpi_family
 from tests.support.slurm import assert_one_rank_per_node, sbatch, wait_job
 
 pytestmark = [pytest.mark.slow]
@@ -35,10 +38,12 @@ SLOW_NODE = 3
 
 
 def doctor(*args: str, mpiexec: list[str] | None = None, timeout: float = 240,
-           cwd=ROOT) -> subprocess.CompletedProcess[str]:
-    """``dba3c doctor ARGS``, alone or after ``mpiexec`` (its options and ``-n``)."""
+           cwd=ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``dba3c doctor ARGS``, alone or after ``mpiexec`` (its options and ``-n``), with
+    ``env`` added to the launch environment."""
     command = [sys.executable, "-m", "dba3c", "doctor", *args]
-    return subprocess.run([*(mpiexec or []), *command], cwd=cwd, env=launch_environment(),
+    return subprocess.run([*(mpiexec or []), *command], cwd=cwd,
+                          env={**launch_environment(), **(env or {})},
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -55,11 +60,35 @@ def test_alone_it_checks_this_process_and_exits_0(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = rank_rows(proc.stdout)
     assert len(rows) == 1 and rows[0][0] == "0" and "breakout ok" in proc.stdout
-    assert "\n\n" not in proc.stdout  # no pairs alone
+    # no pairs alone: the table, then the launchers a job would use
+    table, launchers = proc.stdout.split("\n\n")
+    assert launchers.splitlines()[0].startswith(f"mpiexec: {find_mpiexec()} (")
+    assert launchers.splitlines()[1].startswith("srun: ")
     assert "doctor: 1 rank" in proc.stderr and "error" not in proc.stderr
     result = json.loads(out.read_text())
     assert result["problem"] is None and result["pairs"] == []
     assert result["rows"][0]["disk_path"] == str(tmp_path) and result["rows"][0]["pmi"] == "none"
+    # the library mpi4py loaded: the venv's wheel, named in the table
+    mpi_file = Path(result["rows"][0]["mpi_file"])
+    assert mpi_file.parent == Path(sys.prefix) / "lib" and mpi_file.name.startswith("libmpi.so")
+    assert f"{result['rows'][0]['mpi']} ({mpi_file})" in table
+    assert result["rows"][0]["mpi"].startswith(LIBRARY_NAME[mpi_family()])
+    assert result["launch"]["mpiexec"] == find_mpiexec()
+
+
+def test_alone_it_reads_dba3c_srun_mpi_as_the_sbatch_scripts_do(tmp_path):
+    """A plugin srun lacks is the job's problem before any rank starts (srun_options); the
+    doctor says so too, and one srun does offer is named as chosen by the setting."""
+    if shutil.which("srun") is None:
+        pytest.skip("no srun here")
+    bad = doctor(f"run.dir={tmp_path / 'x'}", env={"DBA3C_SRUN_MPI": "pmix_v99"})
+    assert bad.returncode == 1, bad.stdout + bad.stderr[-3000:]
+    errors = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "DBA3C_SRUN_MPI=pmix_v99 is not a plugin of this srun" in \
+        errors[0], bad.stderr
+    good = doctor(f"run.dir={tmp_path / 'x'}", env={"DBA3C_SRUN_MPI": "pmix"})
+    assert good.returncode == 0, good.stdout + good.stderr[-3000:]
+    assert "\nsrun: --mpi=pmix (DBA3C_SRUN_MPI; srun offers " in good.stdout
 
 
 def test_three_ranks_under_mpiexec_report_and_measure_the_pairs(tmp_path):
@@ -74,8 +103,9 @@ def test_three_ranks_under_mpiexec_report_and_measure_the_pairs(tmp_path):
         ["0", "<->", "1"], ["0", "<->", "2"]]
     assert proc.stderr.count("doctor: ") == 3, proc.stderr  # one line per phase
     result = json.loads(out.read_text())
-    assert all(r["pmi"] == "PMI" and "PMI_RANK" in r["pmi_vars"] for r in result["rows"])
-    assert all(r["mpi"].startswith("MPICH") for r in result["rows"])
+    pmi, variable = MPIEXEC_PMI[mpi_family()]  # the PMI this MPI's own mpiexec speaks
+    assert all(r["pmi"] == pmi and variable in r["pmi_vars"] for r in result["rows"])
+    assert all(r["mpi"].startswith(LIBRARY_NAME[mpi_family()]) for r in result["rows"])
     assert all(p["bytes_per_s"] > 0 and p["latency_s"] > 0 for p in result["pairs"])
     assert seconds < 60, seconds
 
@@ -114,6 +144,7 @@ def shape_node(k: int, rate: str, burst: int = 16000) -> None:
 
 def cluster_doctor(mpiexec_args: list[str], tmp_path) -> tuple[subprocess.CompletedProcess,
                                                                  dict, float]:
+    hydra_only()
     out = tmp_path / "doctor.json"
     start = time.monotonic()
     proc = doctor("--json", str(out),
@@ -152,7 +183,8 @@ def test_sbatch_doctor_script_runs_every_rank_under_srun(emulated, tmp_path):
     found = [re.search(rf"^{k}     (node\d+) ", log, re.M) for k in range(NODES)]
     hosts = [m.group(1) for m in found if m]
     assert_one_rank_per_node(hosts, NODES)
-    assert "srun --mpi=pmi2 [SLURM_MPI_TYPE" in log
+    assert f"srun --mpi={SRUN_PLUGIN[mpi_family()]} [SLURM_MPI_TYPE" in log
+    assert "\0" not in log
     assert f"0 <-> 2  {hosts[0]} <-> {hosts[2]}" in log
 
 

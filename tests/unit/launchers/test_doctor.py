@@ -8,13 +8,19 @@ import pytest
 
 from dba3c.distributed.transport import InProcessTransport
 from dba3c.launchers.doctor import (
+    LaunchInfo,
     Outcome,
     PairResult,
     RankReport,
     decode_report,
     disk_free,
     encode_report,
+    launch_lines,
+    launch_problem,
+    loaded_mpi_file,
     mpi_name,
+    mpiexec_family,
+    mpiexec_name,
     pmi_in_use,
     run_ranks,
     table,
@@ -222,3 +228,82 @@ def test_a_rank_that_never_answers_ends_the_world_named(capsys):
 def test_small_worlds_need_no_pairs_or_one(size):
     outcomes, _ = _world(size)
     assert len(_done(outcomes[0]).pairs) == size - 1
+
+
+# ---- the MPI library's file and the launchers ---------------------------------------------
+HYDRA = ("HYDRA build details:\n    Version:                                 5.0.2\n"
+         "    Release Date:                            Fri Sep 25 20:45:26 UTC 2026\n")
+PRTE = "mpiexec (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/\n"
+INTEL_HYDRA = "Intel(R) MPI Library for Linux* OS, Version 2021.19 Build 20250611 (id: 1c8ee9a)\n"
+SRUN = ("srun --mpi=pmi2 (chosen; srun offers pmix, none, cray_shasta, pmi2, pmix_v4; MPI: "
+        "MPICH Version:      5.0.2)")
+
+
+def launch(version: str = HYDRA, srun: str = SRUN, error: str | None = None,
+           judged: bool = False) -> LaunchInfo:
+    return LaunchInfo("/venv/bin/mpiexec", version, srun, error, judged)
+
+
+def test_the_loaded_mpi_library_file_is_found_among_the_mapped_files():
+    maps = ("7f1 r-xp 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+            "7f2 r--p 00000000 08:01 2 /opt/ompi/lib/libmpi_cxx.so.40.30.1\n"
+            "7f3 r--p 00000000 08:01 3 /venv/lib/libmpi.so.40\n"
+            "7f4 r-xp 00000000 08:01 3 /venv/lib/libmpi.so.40\n"
+            "7f5 rw-p 00000000 00:00 0 [heap]\n")
+    assert loaded_mpi_file(maps) == "/venv/lib/libmpi.so.40"
+    cray = "7f1 r-xp 0 08:01 1 /opt/cray/pe/lib64/libmpi_gnu_123.so.12\n"
+    assert loaded_mpi_file(cray) == "/opt/cray/pe/lib64/libmpi_gnu_123.so.12"
+    assert loaded_mpi_file("7f1 r-xp 0 08:01 1 /usr/lib/libmpifort.so.12\n") == ""
+    assert loaded_mpi_file("") == ""
+
+
+@pytest.mark.parametrize(("text", "family", "name"), [
+    (HYDRA, "mpich", "MPICH hydra 5.0.2"), (PRTE, "openmpi", "Open MPI 5.0.11"),
+    (INTEL_HYDRA, "intel", INTEL_HYDRA.strip()), ("", "unknown", "")])
+def test_an_mpiexec_is_named_from_its_version_text(text, family, name):
+    assert mpiexec_family(text) == family and mpiexec_name(text) == name
+
+
+def test_an_mpiexec_of_another_mpi_than_the_library_is_a_problem():
+    """The shadowing of the issue: the venv's MPICH mpiexec in front of a site's Open MPI
+    that mpi4py loads (or the other way round); PMI-speaking relatives may mix."""
+    problem = launch_problem(launch(HYDRA), "Open MPI v5.0.11", "/site/lib/libmpi.so.40")
+    assert problem is not None and problem.startswith(
+        "mpiexec /venv/bin/mpiexec is MPICH hydra 5.0.2's, but mpi4py loads Open MPI v5.0.11 "
+        "(/site/lib/libmpi.so.40)")
+    assert "make install MPI=" in problem
+    assert launch_problem(launch(PRTE), "MPICH Version: 5.0.2") is not None
+    assert launch_problem(launch(PRTE), "Open MPI v5.0.11") is None
+    assert launch_problem(launch(HYDRA), "MPICH Version: 5.0.2") is None
+    assert launch_problem(launch(INTEL_HYDRA), "MPICH Version: 5.0.2") is None
+    assert launch_problem(launch(""), "Open MPI v5.0.11") is None  # no mpiexec: nothing to judge
+
+
+def test_an_srun_choice_that_fails_is_a_problem_only_where_a_job_would_fail_on_it():
+    error = "DBA3C_SRUN_MPI=pmix_v99 is not a plugin of this srun (srun offers pmi2)"
+    assert launch_problem(launch(srun="", error=error, judged=True), "MPICH") == error
+    assert launch_problem(launch(srun="", error=error, judged=False), "MPICH") is None
+    rows = [row(0), row(1)]
+    assert verdict(rows, [pair(1, 1000)], world_size=2,
+                   launch=launch(srun="", error=error, judged=True)) == error
+    # silent ranks still come first
+    problem = verdict(rows[:1], [], world_size=2, launch=launch(srun="", error=error,
+                                                               judged=True))
+    assert problem is not None and problem.startswith("rank(s) 1 sent no report")
+
+
+def test_the_launchers_follow_the_table_in_two_lines():
+    text = table(ROWS[:1], [], launch())
+    blocks = text.split("\n\n")
+    assert len(blocks) == 2 and blocks[1].splitlines() == [
+        "mpiexec: /venv/bin/mpiexec (MPICH hydra 5.0.2)", "srun: " + SRUN.removeprefix("srun ")]
+    assert launch_lines(LaunchInfo("", "", "", None, False)) == [
+        "mpiexec: none found (no MPI wheel in this venv, no mpiexec on PATH)",
+        "srun: not on PATH"]
+    assert launch_lines(launch(srun="", error="no srun PMI plugin fits"))[1] == (
+        "srun: no srun PMI plugin fits")
+
+
+def test_the_table_names_the_library_file_beside_its_name():
+    rows = [dataclasses.replace(row(0), mpi_file="/venv/lib/libmpi.so.12")]
+    assert "MPICH Version: 4.3.0 (/venv/lib/libmpi.so.12)" in table(rows, [])
