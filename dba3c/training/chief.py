@@ -91,7 +91,9 @@ class Chief:
         self.stop_reason: str | None = None
         self.signal: str | None = None  # the name of the signal that stopped the run
         self._progress_shown = -INF  # when the last line about the last evaluation was
-        self._waiting_since: float | None = None  # when the run began to wait for it
+        # when the evaluation the run waits for began to be waited for, and its frames so far
+        self._waiting_since: float | None = None
+        self._waiting_frames = 0
         self._stop_at_max_steps(self.start_step)  # a finished run started again: nothing to do
         if self.stop_reason:
             print(f"{self.run_dir.path} is at step {self.start_step}: train.max_steps="
@@ -226,8 +228,9 @@ class Chief:
         ``frames`` emulator frames: a line now and then, with the most time it can take
         (every game left running to the ``eval.max_frames`` cap)."""
         now = time.monotonic()
-        if self._waiting_since is None:
+        if self._waiting_since is None or frames < self._waiting_frames:  # a new evaluation
             self._waiting_since = now
+        self._waiting_frames = frames
         if now - self._progress_shown < PROGRESS_EVERY_S:
             return
         self._progress_shown = now

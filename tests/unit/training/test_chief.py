@@ -141,17 +141,24 @@ def test_the_wait_for_the_last_evaluation_counts_frames_and_bounds_the_time_left
     chief = Chief(load_config(str(ROOT / "configs" / "cartpole.yaml"),
                               [f"run.dir={tmp_path}", "run.progress=none", "eval.episodes=4",
                                "eval.max_frames=500"]), None, NO_PARAMS, 1, ["h0"])
-    clock = iter([100.0, 112.0, 113.0])
+    clock = iter([100.0, 112.0, 113.0, 130.0, 142.0])
     with mock.patch("dba3c.training.chief.time.monotonic", lambda: next(clock)):
         chief.evaluation_progress(0, 0)  # at 100 s: shown, no rate yet
         chief.evaluation_progress(1, 600)  # at 112 s: 600 of 2000 frames in 12 s
         chief.evaluation_progress(2, 700)  # at 113 s: within 10 s of the last line
+        # the final evaluation after the one in progress: its own clock from 130 s
+        chief.evaluation_progress(0, 100)
+        chief.evaluation_progress(0, 1000)  # at 142 s: 900 more frames in 12 s
     lines = capsys.readouterr().err.splitlines()
     assert lines == [
         "waiting for the evaluation at the end of the run: 0 of 4 games over, 0 frames "
         "played (at most 2,000: eval.max_frames=500 a game), 0 s",
         "waiting for the evaluation at the end of the run: 1 of 4 games over, 600 frames "
-        "played (at most 2,000: eval.max_frames=500 a game), 12 s, at most 28 s left"]
+        "played (at most 2,000: eval.max_frames=500 a game), 12 s, at most 28 s left",
+        "waiting for the evaluation at the end of the run: 0 of 4 games over, 100 frames "
+        "played (at most 2,000: eval.max_frames=500 a game), 0 s",
+        "waiting for the evaluation at the end of the run: 0 of 4 games over, 1,000 frames "
+        "played (at most 2,000: eval.max_frames=500 a game), 12 s, at most 12 s left"]
 
 
 def test_a_run_shorter_than_eval_every_says_it_was_not_evaluated_at_the_end(tmp_path, capsys):
