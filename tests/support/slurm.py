@@ -3,8 +3,10 @@ check that the single-node and the emulated multi-node cluster both run."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 import time
 
 from tests.support import ROOT, read_jsonl
@@ -22,8 +24,10 @@ def assert_one_rank_per_node(hosts: list[str], ranks: int) -> None:
 
 
 def sbatch(*args) -> str:
-    """Submit from the repository root; return the job id."""
+    """Submit from the repository root with this Python's venv as the job's
+    (``DBA3C_VENV``: the jobs run on the MPI the tests run on); return the job id."""
     out = subprocess.run(["sbatch", "--parsable", *map(str, args)], cwd=ROOT,
+                         env=dict(os.environ, DBA3C_VENV=sys.prefix),
                          capture_output=True, text=True, check=True)
     return out.stdout.strip().split(";")[0]
 

@@ -21,8 +21,10 @@ import sys
 import pytest
 
 from dba3c.benchmarks.emulated import cluster, run_script
+from dba3c.launchers.local import find_mpiexec
 from tests.support import ROOT, read_jsonl
 from tests.support.cluster import running_cluster
+from tests.support.mpi import hydra_only
 from tests.support.slurm import check_usr2_requeue_resumes_without_gap, sbatch, wait_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -124,11 +126,12 @@ def test_a_shaped_link_limits_mpi_over_tcp(emulated):
     """A ping-pong of 4 MB messages through links shaped to 200 Mbit/s (mpiexec with the
     cluster's hydra options, no Slurm) moves at most the link rate, and each link's counter
     saw every byte."""
+    hydra_only()
     cluster("start", "--nodes", str(NODES), "--link", "200mbit")
     try:
         before = link_bytes()
         args = shlex.split(cluster("mpiexec-args"))
-        proc = subprocess.run([str(ROOT / ".venv" / "bin" / "mpiexec"), *args, "-n", "2",
+        proc = subprocess.run([find_mpiexec(), *args, "-n", "2",
                                sys.executable, str(ROOT / "dba3c" / "benchmarks" / "pingpong.py"),
                                str(4 << 20), "5"],
                               capture_output=True, text=True, timeout=120, cwd="/tmp")
@@ -161,6 +164,7 @@ def test_training_ranks_on_three_nodes_talk_through_the_links(emulated, tmp_path
     n = num_params(overrides)
     before = link_bytes()
     if launcher == "dba3c launch":
+        hydra_only()
         env = dict(os.environ, DBA3C_MPIEXEC_ARGS=cluster("mpiexec-args").strip())
         proc = subprocess.run([sys.executable, "-m", "dba3c", "launch", "configs/cartpole.yaml",
                                "--workers", "2", *overrides], cwd=ROOT, env=env,
