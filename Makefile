@@ -58,10 +58,12 @@ lint: $(STAMP)  ## ruff (style, imports, bugbear, annotations) and mypy (types),
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# Two pytest workers: the Slurm and emulated-cluster tests (one cluster at a time, mostly
-# waiting on the scheduler) beside all the others, one test at a time each (tests/conftest.py).
+# First the tests that measure the emulated cluster's links, alone; then all the others in
+# two pytest workers: the Slurm tests (one cluster at a time, mostly waiting on the scheduler)
+# in turn in one, every other module as a whole in whichever is free (tests/conftest.py).
 test: lint  ## lint, then the whole test suite (CI runs this; a lint failure fails it)
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -m network
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not network"
 
 test-fast: $(STAMP)  ## unit tests only (tests/unit: in-process, no subprocess)
 	$(BIN)/python -m pytest -q tests/unit

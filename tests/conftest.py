@@ -11,14 +11,14 @@ import dba3c as _dba3c  # noqa: F401  (sets TensorFlow's oneDNN default before t
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Two lanes for ``pytest -n 2 --dist loadgroup`` (``make test``): the tests that start
-    Slurm or the emulated cluster's namespaces (one cluster can exist at a time, and they
-    spend most of their time waiting on the scheduler) run one after another in one worker,
-    every other test one after another in the other, so no two CPU-heavy tests share the
-    machine's cores. Without xdist the marks do nothing."""
+    """The units of ``pytest -n 2 --dist loadgroup`` (``make test``): the tests that start
+    Slurm or the emulated cluster's namespaces run one after another in one worker (one
+    cluster can exist at a time; they spend most of their time waiting on the scheduler),
+    every other module as a whole in whichever worker is free (its module fixtures made
+    once). Without xdist the marks do nothing."""
     for item in items:
         cluster = item.get_closest_marker("slurm") or item.get_closest_marker("namespaces")
-        item.add_marker(pytest.mark.xdist_group("cluster" if cluster else "main"))
+        item.add_marker(pytest.mark.xdist_group("cluster" if cluster else item.module.__name__))
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from tests.support.cluster import running_cluster
 from tests.support.mpi import hydra_only
 from tests.support.slurm import check_usr2_requeue_resumes_without_gap, sbatch, wait_job
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.network, pytest.mark.slow]
 NODES = 3
 
 # A TCP segment on a veth link (MTU 1500) carries at most 1448 payload bytes and costs

@@ -20,7 +20,7 @@ from dba3c.benchmarks.scale.model import WIRE_PER_PAYLOAD
 from tests.support import read_jsonl
 from tests.support.jobs import SYN, Job, error_lines, wait_for_steps
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.network, pytest.mark.slow]
 WORKERS, PS = 14, 4  # rank 0 chief + worker, ranks 1-4 PS, ranks 5-17 workers
 NODES = WORKERS + PS  # rank r on node r + 1
 NUM_PARAMS = 322_695  # the paper network at FC 128

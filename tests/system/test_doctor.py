@@ -160,6 +160,7 @@ def within(value: float, target: float, fraction: float = 0.25) -> bool:
 
 
 @pytest.mark.slurm
+@pytest.mark.network
 def test_pairs_through_1gbit_links_measure_1gbit(emulated, tmp_path):
     proc, result, seconds = cluster_doctor(emulated, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
@@ -171,6 +172,7 @@ def test_pairs_through_1gbit_links_measure_1gbit(emulated, tmp_path):
 
 
 @pytest.mark.slurm
+@pytest.mark.network
 def test_sbatch_doctor_script_runs_every_rank_under_srun(emulated, tmp_path):
     job = sbatch(f"-N{NODES}", f"-n{NODES}", "-o", tmp_path / "%j.out", "slurm/doctor.sh",
                  "--timeout", "30")
@@ -189,6 +191,7 @@ def test_sbatch_doctor_script_runs_every_rank_under_srun(emulated, tmp_path):
 
 
 @pytest.mark.slurm
+@pytest.mark.network
 def test_one_slow_link_is_measured_and_named(emulated, tmp_path):
     shape_node(SLOW_NODE, "100mbit")
     try:
