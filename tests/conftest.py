@@ -18,7 +18,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     once). Without xdist the marks do nothing."""
     for item in items:
         cluster = item.get_closest_marker("slurm") or item.get_closest_marker("namespaces")
-        item.add_marker(pytest.mark.xdist_group("cluster" if cluster else item.module.__name__))
+        module = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("cluster" if cluster else module))
 
 
 @pytest.fixture
