@@ -10,6 +10,7 @@ import pytest
 import dba3c as _dba3c  # noqa: F401  (sets TensorFlow's oneDNN default before tests import it)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The units of ``pytest -n 2 --dist loadgroup`` (``make test``): the tests that start
     Slurm or the emulated cluster's namespaces run one after another in one worker (one
