@@ -61,6 +61,14 @@ def test_a_resume_with_the_same_config_continues(tmp_path):
     assert not (run / "config_history.jsonl").exists()
 
 
+def refusal(run, said: str, keys: str) -> str:
+    """The one line that refuses a resume of ``run`` (trained to step 4) changing ``said``."""
+    return (f"error: {run} was trained to step 4 with another config; resuming it would "
+            f"change what it learns: {said}. Resume with the run's values (its config.yaml), "
+            f"use a new run.dir, or allow the change with run.allow_changes={keys} (recorded "
+            f"in its config_history.jsonl)")
+
+
 @pytest.mark.parametrize("changed, said", [
     (["train.lr=0.0005"], "train.lr from 0.001 to 0.0005"),
     (["run.seed=7"], "run.seed from 0 to 7"),
@@ -73,11 +81,7 @@ def test_a_changed_learning_key_is_refused_and_changes_nothing(run, changed, sai
                  check=False, timeout=120)
     keys = ",".join(k for k in ("train.lr", "run.seed") if k in said)
     assert proc.returncode == 2, proc.stderr
-    assert error_lines(proc.stderr) == [
-        f"error: {run} was trained to step 4 with another config; resuming it would change "
-        f"what it learns: {said}. Resume with the run's values (its config.yaml), use a new "
-        f"run.dir, or allow the change with run.allow_changes={keys} (recorded in its "
-        f"config_history.jsonl)"], proc.stderr
+    assert error_lines(proc.stderr) == [refusal(run, said, keys)], proc.stderr
     assert "Traceback" not in proc.stderr
     assert files(run) == before
 
@@ -141,9 +145,6 @@ def test_rank_0_refusing_a_changed_config_ends_the_mpi_job_with_exit_2(tmp_path)
     proc = dba3c(*common, "train.lr=0.002", check=False, timeout=240)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert error_lines(proc.stderr) == [
-        f"error: {run} was trained to step 4 with another config; resuming it would change "
-        f"what it learns: train.lr from 0.001 to 0.002. Resume with the run's values (its "
-        f"config.yaml), use a new run.dir, or allow the change with "
-        f"run.allow_changes=train.lr (recorded in its config_history.jsonl)"], proc.stderr
+        refusal(run, "train.lr from 0.001 to 0.002", "train.lr")], proc.stderr
     assert "Traceback" not in proc.stderr
     assert files(run) == before
