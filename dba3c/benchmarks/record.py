@@ -158,7 +158,7 @@ def write_results(results: dict, out_json: Path) -> None:
 
 
 def write_log(page: str, log_dir: Path, day: str, kind: str) -> Path:
-    """Write ``page`` as a new log entry ``log_dir/DAY-bench-KIND.md`` and return its path.
+    """Write ``page`` as a new log entry ``DAY-bench-KIND.md`` in ``log_dir``; return its path.
     An existing entry is never overwritten: the first free one of ``DAY-bench-KIND.md``,
     ``DAY-bench-KIND-2.md``, ``-3``, ... is taken by an exclusive create."""
     log_dir.mkdir(parents=True, exist_ok=True)

@@ -238,8 +238,8 @@ def layer_forward(stage: Stage, params: Sequence, x: Any) -> Any:
     A max-pool after a conv layer runs before its bias and activation: max over a window
     commutes with adding a per-channel constant and with any non-decreasing activation, so
     act(maxpool(x) + b) == maxpool(act(x + b)) and the gradients agree, while the bias, the
-    ReLU and their gradients touch 4x fewer elements (tests/test_models.py compares both
-    orders).
+    ReLU and their gradients touch 4x fewer elements (tests/unit/learning/test_models.py
+    compares both orders).
     """
     import tensorflow as tf
 

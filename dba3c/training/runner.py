@@ -1,7 +1,9 @@
-"""Training entry points: one process, or this process's role in a distributed world.
+"""One process's training: :func:`train_single` runs simulators, predictor, trainer and
+optimizer in this process, on a :class:`LocalParameterServer`.
 
-:func:`train` is ``dba3c train`` as a library call, for the command line and the submitit
-job alike; the launcher reads the world size from its environment and passes it in.
+``dba3c train`` as a library call, for the command line and the submitit job alike, is
+:func:`dba3c.distributed.run.train`: it calls :func:`train_single` for a world of one rank,
+and plays this process's role otherwise.
 
 The run directory is locked (:class:`~dba3c.training.lock.RunLock`) before anything in it
 is read; everything that can be refused (config, checkpoint, model shape) is checked before
@@ -93,7 +95,7 @@ class LocalParameterServer:
 def train_single(cfg: Config, laps: WorkerLaps | None = None, job: str | None = None) -> dict:
     """The single-node BA3C trainer: simulators, predictor, trainer and optimizer in one
     process. Returns the run summary. ``laps``: where the worker's threads time their
-    sections (``dba3c bench --profile`` reads them while it runs); ``job``: the Slurm job
+    sections (``dba3c bench profile`` reads them while it runs); ``job``: the Slurm job
     this process runs in (recorded with the run directory's lock)."""
     if cfg.synthetic.enabled:
         raise UserError("synthetic.enabled=true needs parameter-server ranks: run it with "
