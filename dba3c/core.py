@@ -11,7 +11,9 @@
   hands out the next parameters bucket by bucket
   (``distributed.collective.client.CollectiveClient``).
 - :class:`Transport`, :class:`Request`, :class:`Collectives`: messaging between ranks
-  (``distributed.transport``: MPI, and threads in one process for tests).
+  (``distributed.transport``: MPI, and threads in one process for tests); with them
+  :data:`ANY_SOURCE`, :class:`Completed` (a request complete when started) and
+  :func:`offsets` (where a collective's contiguous parts start).
 """
 
 from __future__ import annotations
@@ -105,6 +107,18 @@ class Request(Protocol):
         """True once the operation has completed (the buffer may then be reused)."""
 
 
+class Completed:
+    """The :class:`Request` of an operation complete when started (an in-process send; a
+    collective there was no need to make)."""
+
+    def test(self) -> bool:
+        """Always complete."""
+        return True
+
+
+ANY_SOURCE = -1  # Transport.irecv from whichever rank sends first
+
+
 class Transport(Protocol):
     """A world of ``size`` ranks; this is rank ``rank``; ``hosts[r]`` is the name of the host
     rank r runs on (an MPI world gathers them once, at start-up: ``gather_hosts``)."""
@@ -151,3 +165,8 @@ class Collectives(Protocol):
     def iallgather(self, send: np.ndarray, recv: np.ndarray,
                    counts: Sequence[int]) -> Request:
         """recv [sum(counts)] = every member's send [counts[r]], in group-rank order."""
+
+
+def offsets(counts: Sequence[int]) -> list[int]:
+    """Where each contiguous part of lengths ``counts`` starts (a collective's parts)."""
+    return [int(x) for x in np.cumsum([0, *counts[:-1]])]

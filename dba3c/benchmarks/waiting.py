@@ -6,10 +6,11 @@ the nonblocking request (``wait_until``: ``MPI_Test``, then a sleep doubling up 
 waits, ``dist.collective_poll_us``) or block in ``MPI_Wait`` (``block``; MPICH busy-polls a
 core in it). A nonblocking collective only advances from one round of its algorithm to the
 next inside an MPI call, so the sleeps can add up to one sleep per round. Every rank sleeps
-with the timer slack of a dba3c rank (:func:`~dba3c.distributed.transport.precise_sleeps`), or
-``--timer-slack-ns``. For each number of ranks W in ``--ranks`` and each of
-``--strategies``, this starts ``mpiexec -n W`` of itself and measures, on a vector of
-``--params`` float32 (default: the paper network's 332,295 parameters):
+with the timer slack of a dba3c rank
+(:func:`~dba3c.distributed.transport.waiting.precise_sleeps`), or ``--timer-slack-ns``. For
+each number of ranks W in ``--ranks`` and each of ``--strategies``, this starts
+``mpiexec -n W`` of itself and measures, on a vector of ``--params`` float32 (default: the
+paper network's 332,295 parameters):
 
 - step_ms: the median time of one reduce-scatter + allgather when every rank starts it at
   once (after a barrier), on rank 0: the latency polling adds to the collective;
@@ -42,10 +43,9 @@ import numpy as np
 
 from dba3c.benchmarks.scale.model import wire_bytes
 from dba3c.config import COLLECTIVE_ALGORITHMS
-from dba3c.distributed.transport import (
+from dba3c.distributed.transport.mpi import MpiRequest, MpiTransport
+from dba3c.distributed.transport.waiting import (
     TIMER_SLACK_NS,
-    MpiRequest,
-    MpiTransport,
     WaitSleeps,
     collective_wait,
     precise_sleeps,
@@ -59,11 +59,10 @@ STRATEGIES = ("poll-500us", "poll-50us", "poll-20us", "poll-10us", "quick-50us",
 
 
 def wait_policy(strategy: str) -> WaitSleeps | None:
-    """:func:`~dba3c.distributed.transport.wait_until`'s sleeps for a strategy: ``poll-<N>us``
-    doubles
-    them up to N us; ``quick-<N>us`` is a collective client's wait at a cap of N us
-    (:func:`~dba3c.distributed.transport.collective_wait`: quick polls first); None for
-    ``block``."""
+    """:func:`~dba3c.distributed.transport.waiting.wait_until`'s sleeps for a strategy:
+    ``poll-<N>us`` doubles them up to N us; ``quick-<N>us`` is a collective client's wait at a
+    cap of N us (:func:`~dba3c.distributed.transport.waiting.collective_wait`: quick polls
+    first); None for ``block``."""
     if strategy == "block":
         return None
     for prefix in ("poll-", "quick-"):

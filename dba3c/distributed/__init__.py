@@ -10,8 +10,9 @@ Reading order:
   wire.py          the message kinds (Tag), one frozen dataclass with encode/decode each
   mailbox.py       Sender (sends kept alive until done), Inbox (a standing typed receive),
                    ShardFeed (the newest parameters from every PS, put together)
-  transport.py     MpiTransport (the only module importing MPI), InProcessTransport (tests),
-                   and the waits that never spin
+  transport/       the transport layer: mpi.py (MpiTransport, the only module importing MPI),
+                   in_process.py (InProcessTransport, for tests), waiting.py (waits that
+                   never spin), poller.py, rank_output.py
   shard.py         ShardServer: one shard's optimizer and the aggregation rules, no I/O
   ps/              the paper's parameter servers: client.py, chief_link.py, ranks.py,
                    server.py (ParameterServer: one shard's state machine, driven by poll())

@@ -9,10 +9,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dba3c.config import Config
-from dba3c.core import Params, Transport
+from dba3c.core import ANY_SOURCE, Params, Transport
 from dba3c.distributed.mailbox import Inbox, Sender
 from dba3c.distributed.roles import Roles
-from dba3c.distributed.transport import ANY_SOURCE
 from dba3c.distributed.watchdog import StallClock
 from dba3c.distributed.wire import END, Command, ControlMsg, EvalMsg, ReportMsg, StateMsg
 from dba3c.learning.params import ShardPlan

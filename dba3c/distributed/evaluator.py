@@ -9,7 +9,7 @@ from dba3c.config import Config
 from dba3c.core import Transport
 from dba3c.distributed.mailbox import Inbox, Sender, ShardFeed
 from dba3c.distributed.roles import Roles, make_shard_plan
-from dba3c.distributed.transport import wait_until
+from dba3c.distributed.transport.waiting import wait_until
 from dba3c.distributed.wire import END, Command, ControlMsg, EvalMsg, Tag
 from dba3c.learning.models import NetSpec
 

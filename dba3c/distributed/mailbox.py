@@ -9,7 +9,7 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from dba3c.core import Params, Request, Transport
-from dba3c.distributed.transport import wait_until
+from dba3c.distributed.transport.waiting import wait_until
 from dba3c.distributed.wire import Message, ParamsMsg, Tag, assemble, framed_size
 from dba3c.learning.params import ShardPlan
 

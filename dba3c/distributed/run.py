@@ -120,7 +120,7 @@ def role_pools(role: str, cfg: Config) -> tuple[EnvConfig | None, TrainConfig | 
 def train_distributed(cfg: Config, job: str | None) -> int:
     """``dba3c train`` under mpiexec/srun: any failing rank ends the whole job non-zero.
     ``job``: the Slurm job it runs in."""
-    from dba3c.distributed.transport import MpiTransport
+    from dba3c.distributed.transport.mpi import MpiTransport
 
     t = MpiTransport(cfg.dist.collective_algorithm)
     try:
@@ -133,7 +133,7 @@ def train_distributed(cfg: Config, job: str | None) -> int:
     env, train_cfg = role_pools(role, cfg)
     hosts = t.gather_hosts()
     for line in rank_lines(t.rank, role, env, train_cfg, hosts.count(hosts[t.rank])):
-        print(line, file=sys.stderr, flush=True)  # a line a write (transport.whole_lines)
+        print(line, file=sys.stderr, flush=True)  # a line a write (rank_output.whole_lines)
     if t.rank != 0:
         ignore_polite_signals()
     play_rank(t, cfg, spec, job)

@@ -426,7 +426,7 @@ def table(rows: Sequence[RankReport], pairs: Sequence[PairResult],
 
 def _wait(requests: Sequence[Request], timeout_s: float, max_sleep_s: float) -> bool:
     """Poll until every request completed (True) or ``timeout_s`` passed (False)."""
-    from dba3c.distributed.transport import wait_until
+    from dba3c.distributed.transport.waiting import wait_until
 
     deadline = time.monotonic() + timeout_s
 
@@ -629,7 +629,7 @@ def doctor(config: str, overrides: Sequence[str], timeout_s: float, world_size: 
         problem = verdict(rows, [], world_size=1, launch=launch)
         outcome = Outcome(1 if problem else 0, rows, [], problem, launch)
     else:
-        from dba3c.distributed.transport import MpiTransport
+        from dba3c.distributed.transport.mpi import MpiTransport
 
         t = MpiTransport(cfg.dist.collective_algorithm)
         library = library_version()  # after MPI started (asked first, it keeps MPI off)

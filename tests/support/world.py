@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
+from dba3c.core import offsets
 from dba3c.distributed.ps.chief_link import ChiefLink
 from dba3c.distributed.ps.client import RemoteParameterClient
 from dba3c.distributed.ps.server import run_ps
 from dba3c.distributed.roles import make_roles
-from dba3c.distributed.transport import InProcessTransport, offsets, wait_until
+from dba3c.distributed.transport.in_process import InProcessTransport
+from dba3c.distributed.transport.waiting import wait_until
 from dba3c.distributed.wire import ReportMsg, Tag
 from dba3c.learning.rules import OptimizerState
 from dba3c.preset import from_dict

@@ -44,7 +44,7 @@ from tests.support.world import check_collectives
 MPI_SCRIPT = """
 import pickle, sys
 sys.path.insert(0, {root!r})
-from dba3c.distributed.transport import MpiTransport
+from dba3c.distributed.transport.mpi import MpiTransport
 from tests.support.world import collectives_on
 t = MpiTransport({algorithm!r})
 result = collectives_on(t)
@@ -223,7 +223,7 @@ def test_a_rank_that_stops_answering_ends_the_collective_job_naming_it(tmp_path)
 def test_a_rank_waiting_in_the_collectives_does_not_spin_a_core():
     """Rank 1 waits ~20 ms per round for rank 0 in the reduce-scatter: polled as the
     collective client polls (quick polls for 20 caps, then sleeps of at most
-    dist.collective_poll_us: transport.collective_wait), it uses a part of a
+    dist.collective_poll_us: transport.waiting.collective_wait), it uses a part of a
     core, at most half of what MPI_Wait spins in the same place (~1.0 idle;
     docs/benchmarks.md has both). Compared in one run, so a loaded host lowers both."""
     from dba3c.benchmarks.waiting import PAPER_PARAMS, run_point, waiting_table

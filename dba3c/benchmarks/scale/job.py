@@ -5,9 +5,9 @@ a 64-worker run spends 40-190 s starting (hydra, imports, a simulator, TCP conne
 one job of as many ranks as its largest run plays them in turn, paying that once:
 
 - run i of n ranks plays on world ranks 0..n-1 through a
-  :class:`~dba3c.distributed.transport.TransportView` (same COMM_WORLD, point to point only, its own
-  tags); the other ranks sit it out (a collective run's one ``Comm_split`` of COMM_WORLD
-  needs them too: :func:`~dba3c.distributed.collective.ranks.sit_out_collective_run`);
+  :class:`~dba3c.distributed.transport.mpi.TransportView` (same COMM_WORLD, point to point
+  only, its own tags); the other ranks sit it out (a collective run's one ``Comm_split`` of
+  COMM_WORLD needs them too: :func:`~dba3c.distributed.collective.ranks.sit_out_collective_run`);
 - between runs every rank of the world meets in :meth:`MpiTransport.barrier`, which sleeps
   (``IDLE_POLL_S``) while it waits; before it, each rank cancels the run's standing receives
   and gives the memory the run freed back to the system (:func:`release_memory`), so a run's
@@ -98,7 +98,7 @@ def run_job(runs: list[JobRun], spaces: list[tuple[SpacesKey, Spaces]]) -> int:
     """Play every run in turn on this rank of the MPI job (see the module docstring)."""
     from dba3c.distributed.collective.ranks import sit_out_collective_run
     from dba3c.distributed.run import ignore_polite_signals, play_rank, rank_spec
-    from dba3c.distributed.transport import MpiTransport, TransportView
+    from dba3c.distributed.transport.mpi import MpiTransport, TransportView
 
     for key, value in spaces:
         remember_spaces(key, value)

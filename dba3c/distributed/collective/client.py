@@ -1,8 +1,8 @@
 """A training rank's parameter store in collective aggregation (``dist.aggregation:
 collective``): the training ranks are their own parameter servers.
 
-The W training ranks form a group (:meth:`~dba3c.distributed.transport.Transport.split`; an
-evaluator rank stays out). Group rank w owns shard w of the flat parameter vector
+The W training ranks form a group (:meth:`~dba3c.core.Transport.split`; an evaluator
+rank stays out). Group rank w owns shard w of the flat parameter vector
 (``shard_bounds(num_params, W)``) and its Adam state, in a
 :class:`~dba3c.distributed.shard.ShardServer`. One synchronous step t, in
 :meth:`CollectiveClient.push`:
@@ -27,8 +27,9 @@ checksum of its copy, and copies that differ end the run with an error.
 While a rank waits in a collective its actor thread keeps simulating
 (``dba3c.training.worker``); waiting polls the requests with sleeps of at most
 ``dist.collective_poll_us`` (50 us, ``WAIT_MAX_SLEEP_S``;
-:func:`~dba3c.distributed.transport.wait_until`; the rank's sleeps end on time,
-:func:`~dba3c.distributed.transport.precise_sleeps`), so a waiting rank does not spin a core.
+:func:`~dba3c.distributed.transport.waiting.wait_until`; the rank's sleeps end on time,
+:func:`~dba3c.distributed.transport.waiting.precise_sleeps`), so a waiting rank does not spin a
+core.
 The sleeps are shorter than elsewhere because a nonblocking collective advances from one round
 of its algorithm to the next only inside an MPI call, and every round waits for a poll; MPI's
 blocking wait, faster on a quiet node, spins a whole core (docs/decisions.md, "50 us poll cap").
@@ -45,9 +46,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dba3c.config import DistConfig, TrainConfig
-from dba3c.core import Collectives, Params, Request
+from dba3c.core import Collectives, Completed, Params, Request
 from dba3c.distributed.shard import ShardServer
-from dba3c.distributed.transport import Completed, collective_wait, wait_until
+from dba3c.distributed.transport.waiting import collective_wait, wait_until
 from dba3c.learning.params import ShardPlan
 
 if TYPE_CHECKING:

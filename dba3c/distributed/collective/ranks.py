@@ -26,7 +26,7 @@ from dba3c.core import Collectives, Params, Transport
 from dba3c.distributed.mailbox import Sender, receive_one
 from dba3c.distributed.roles import Roles, make_shard_plan, overlaps
 from dba3c.distributed.shard import make_shard, state_message
-from dba3c.distributed.transport import wait_until
+from dba3c.distributed.transport.waiting import wait_until
 from dba3c.distributed.wire import (
     ReportMsg,
     StateMsg,
@@ -55,10 +55,9 @@ def train(worker: Worker, client: CollectiveClient, after_step: AfterStep, overl
 
 def sit_out_collective_run(t: Transport) -> None:
     """A rank of the world outside a collective run of fewer ranks (a
-    :class:`~dba3c.distributed.transport.TransportView` of a sequence of runs in one MPI job): join
-    the
-    world-wide calls the run makes, its one :meth:`~dba3c.distributed.transport.Transport.split`
-    (:func:`run_collective_rank`), as a non-member."""
+    :class:`~dba3c.distributed.transport.mpi.TransportView` of a sequence of runs in one MPI
+    job): join the world-wide calls the run makes, its one
+    :meth:`~dba3c.core.Transport.split` (:func:`run_collective_rank`), as a non-member."""
     t.split(False)
 
 

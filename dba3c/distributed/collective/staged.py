@@ -8,8 +8,8 @@ buckets (one per layer with parameters, :func:`dba3c.distributed.roles.make_shar
 - once every bucket is offered, :meth:`~dba3c.core.StagedClient.finish` applies the
   optimizer to this rank's shard and starts the allgathers of theta_{t+1}, bucket 0 first;
 - the next forward pass runs each layer as soon as its bucket of theta_{t+1} has arrived
-  (:meth:`StagedTraining.before_forward`), while a :class:`~dba3c.distributed.transport.Poller`
-  thread lets the communication advance;
+  (:meth:`StagedTraining.before_forward`), while a
+  :class:`~dba3c.distributed.transport.poller.Poller` thread lets the communication advance;
 - so step t's ``after_step`` runs once theta_{t+1} has wholly arrived
   (:meth:`StagedTraining.land`), during step t+1's forward pass. Whether to stop is the
   client's to say (``client.stopping``, the same on every rank), so ``after_step``'s answer
@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from dba3c.core import Incoming, Params, StagedClient
-from dba3c.distributed.transport import Poller
+from dba3c.distributed.transport.poller import Poller
 from dba3c.training.faults import non_finite_due
 from dba3c.training.report import WorkerReport
 from dba3c.training.worker import AfterBackward, AfterStep, Worker

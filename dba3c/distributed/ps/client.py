@@ -10,7 +10,7 @@ from dba3c.config import Config
 from dba3c.core import Params, Transport
 from dba3c.distributed.mailbox import Sender, ShardFeed
 from dba3c.distributed.roles import Roles
-from dba3c.distributed.transport import wait_until
+from dba3c.distributed.transport.waiting import wait_until
 from dba3c.distributed.wire import END, GradMsg, Tag
 from dba3c.learning.params import ShardPlan, shard_bounds
 

@@ -14,7 +14,7 @@ from dba3c.distributed.mailbox import Sender
 from dba3c.distributed.ps.chief_link import ChiefLink
 from dba3c.distributed.ps.client import RemoteParameterClient
 from dba3c.distributed.roles import Roles
-from dba3c.distributed.transport import wait_until
+from dba3c.distributed.transport.waiting import wait_until
 from dba3c.distributed.wire import ReportMsg
 from dba3c.learning.models import NetSpec
 from dba3c.training.report import WorkerReport

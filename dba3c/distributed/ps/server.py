@@ -20,12 +20,11 @@ from enum import Enum
 import numpy as np
 
 from dba3c.config import Config
-from dba3c.core import Transport
+from dba3c.core import ANY_SOURCE, Transport
 from dba3c.distributed.mailbox import Inbox, Sender, receive_one
 from dba3c.distributed.pacing import ReplyPacer
 from dba3c.distributed.roles import Roles
 from dba3c.distributed.shard import make_shard, state_message
-from dba3c.distributed.transport import ANY_SOURCE
 from dba3c.distributed.wire import (
     END,
     Command,

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, cast
 from dba3c.distributed.chief_inbox import ChiefInbox
 from dba3c.distributed.evaluator import run_evaluator
 from dba3c.distributed.roles import make_roles
-from dba3c.distributed.transport import InProcessTransport, wait_until
+from dba3c.distributed.transport.in_process import InProcessTransport
+from dba3c.distributed.transport.waiting import wait_until
 from dba3c.distributed.watchdog import StallClock
 from dba3c.distributed.wire import END, ParamsMsg, Tag
 from dba3c.games.envs import env_spaces

@@ -8,8 +8,8 @@ import weakref
 
 import numpy as np
 
+from dba3c.core import ANY_SOURCE
 from dba3c.distributed.mailbox import Inbox, Sender
-from dba3c.distributed.transport import ANY_SOURCE
 from dba3c.distributed.wire import (
     END,
     GradMsg,

@@ -14,7 +14,8 @@ from dba3c.distributed.ps.chief_link import ChiefLink
 from dba3c.distributed.ps.client import RemoteParameterClient
 from dba3c.distributed.ps.server import run_ps
 from dba3c.distributed.roles import make_roles
-from dba3c.distributed.transport import InProcessTransport, wait_until
+from dba3c.distributed.transport.in_process import InProcessTransport
+from dba3c.distributed.transport.waiting import wait_until
 from dba3c.distributed.watchdog import StallClock, query_lead, stalled_ranks
 from dba3c.errors import TrainingError
 from dba3c.learning.rules import OptimizerState

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from dba3c.distributed.transport import InProcessTransport
+from dba3c.distributed.transport.in_process import InProcessTransport
 from dba3c.launchers.doctor import (
     LaunchInfo,
     Outcome,

@@ -13,7 +13,7 @@ import pytest
 from dba3c.config import Config
 from dba3c.distributed.run import run_rank
 from dba3c.distributed.shard import ShardServer
-from dba3c.distributed.transport import InProcessTransport
+from dba3c.distributed.transport.in_process import InProcessTransport
 from dba3c.games.envs import env_spaces
 from dba3c.learning.learner import Learner
 from dba3c.learning.models import make_net_spec

@@ -7,7 +7,7 @@ import numpy as np
 
 from dba3c.distributed.ps.client import RemoteParameterClient
 from dba3c.distributed.roles import make_roles
-from dba3c.distributed.transport import InProcessTransport
+from dba3c.distributed.transport.in_process import InProcessTransport
 from dba3c.distributed.wire import (
     ParamsMsg,
     Tag,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dba3c.distributed.roles import make_roles
-from dba3c.distributed.transport import wait_until
+from dba3c.distributed.transport.waiting import wait_until
 from dba3c.distributed.wire import (
     END,
     HEADER,

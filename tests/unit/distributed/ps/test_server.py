@@ -13,10 +13,11 @@ from typing import cast
 import numpy as np
 
 from dba3c.config import Config
+from dba3c.core import ANY_SOURCE
 from dba3c.distributed.mailbox import Inbox
 from dba3c.distributed.ps.server import ParameterServer, PsState
 from dba3c.distributed.roles import make_roles
-from dba3c.distributed.transport import ANY_SOURCE, InProcessTransport
+from dba3c.distributed.transport.in_process import InProcessTransport
 from dba3c.distributed.wire import (
     END,
     Command,
