@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The optimizer study at the cluster's batch (issue "Learning at the cluster's batch"), Pong with
+# configs/pong_small.yaml's network on one machine: one worker (the preset, mini-batch 64),
+# 16 x 32 = 512 and 64 x 32 = 2048 data points a step (dist.emulate_workers), two seeds each;
+# then, seed 0, the learning rate at 2048 (linear scaling x32 and x sqrt(32)) and Adam's
+# epsilon 1e-8 (the paper's large-batch choice) at 64 and 2048.
+#
+# Every run has the same budget in data points (BUDGET, 5 M) and is evaluated every 192,000 data
+# points (30 greedy games, stopped once they cannot average 18), and ends at greedy 18.
+# A run killed (Ctrl-C, SIGTERM) resumes from its last checkpoint when this script runs again;
+# a finished run (its summary.json says max_steps or target) is skipped. About 45 minutes of a
+# quiet 2-core machine per run; `nice` leaves the machine to other work first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
+OUT=${OUT:-runs/study_batch_pong}
+BUDGET=${BUDGET:-5000000}
+EVAL_DP=192000
+
+finished() {  # the run in $1 ended at its budget or at the target
+    python - "$1/summary.json" <<'EOF'
+import json, sys
+try:
+    reason = json.load(open(sys.argv[1])).get("stop_reason") or ""
+except OSError:
+    sys.exit(1)
+sys.exit(0 if reason.startswith(("train.max_steps", "eval.target_score")) else 1)
+EOF
+}
+
+run() {  # run NAME W SEED [KEY=VALUE ...]: W = 0 is the preset's one worker (mini-batch 64)
+    local name=$1 w=$2 seed=$3; shift 3
+    local dir=$OUT/$name batch=64 emulate=()
+    if [ "$w" -gt 0 ]; then batch=$((32 * w)); emulate=(dist.emulate_workers="$w" train.batch_size=32); fi
+    if finished "$dir"; then echo "done: $dir"; return; fi
+    local steps=$(( (BUDGET + batch - 1) / batch )) every=$(( (EVAL_DP + batch - 1) / batch ))
+    local ckpt=$(( every < 1000 ? every : 1000 ))
+    echo "$(date -u +%FT%TZ) $dir: $steps steps of $batch data points"
+    nice -n 19 dba3c train configs/pong_small.yaml "${emulate[@]}" run.dir="$dir" run.seed="$seed" \
+        train.max_steps="$steps" train.max_seconds=0 eval.every="$every" \
+        eval.stop_at_target=true run.checkpoint_every="$ckpt" run.progress=lines "$@"
+}
+
+run w64-s0 64 0
+run w16-s0 16 0
+run w1-s0 0 0
+run w64-s1 64 1
+run w16-s1 16 1
+run w1-s1 0 1
+run w64-lr-linear-s0 64 0 train.lr=0.0448      # 1.4e-3 x 2048 / 64
+run w64-lr-sqrt-s0 64 0 train.lr=0.0079        # 1.4e-3 x sqrt(2048 / 64)
+run w64-eps1e-8-s0 64 0 adam.epsilon=1e-8
+run w1-eps1e-8-s0 0 0 adam.epsilon=1e-8
+dba3c plot "$OUT"/w1-s0 "$OUT"/w1-s1 "$OUT"/w16-s0 "$OUT"/w16-s1 "$OUT"/w64-s0 "$OUT"/w64-s1 \
+    --out docs/figures/study_batch_pong
