@@ -30,7 +30,7 @@ EOF
 
 run() {  # run NAME W SEED [KEY=VALUE ...]: W = 0 is the preset's one worker (mini-batch 64)
     local name=$1 w=$2 seed=$3; shift 3
-    local dir=$OUT/$name batch=64 emulate=()
+    local dir=$OUT/$name/$name-s$seed batch=64 emulate=()  # a setting's seeds share a parent: one curve
     if [ "$w" -gt 0 ]; then batch=$((32 * w)); emulate=(dist.emulate_workers="$w" train.batch_size=32); fi
     if finished "$dir"; then echo "done: $dir"; return; fi
     local steps=$(( (BUDGET + batch - 1) / batch )) every=$(( (EVAL_DP + batch - 1) / batch ))
@@ -41,15 +41,15 @@ run() {  # run NAME W SEED [KEY=VALUE ...]: W = 0 is the preset's one worker (mi
         eval.stop_at_target=true run.checkpoint_every="$ckpt" run.progress=lines "$@"
 }
 
-run w64-s0 64 0
-run w16-s0 16 0
-run w1-s0 0 0
-run w64-s1 64 1
-run w16-s1 16 1
-run w1-s1 0 1
-run w64-lr-linear-s0 64 0 train.lr=0.0448      # 1.4e-3 x 2048 / 64
-run w64-lr-sqrt-s0 64 0 train.lr=0.0079        # 1.4e-3 x sqrt(2048 / 64)
-run w64-eps1e-8-s0 64 0 adam.epsilon=1e-8
-run w1-eps1e-8-s0 0 0 adam.epsilon=1e-8
-dba3c plot "$OUT"/w1-s0 "$OUT"/w1-s1 "$OUT"/w16-s0 "$OUT"/w16-s1 "$OUT"/w64-s0 "$OUT"/w64-s1 \
+run w64 64 0
+run w16 16 0
+run w1 0 0
+run w64 64 1
+run w16 16 1
+run w1 0 1
+run w64-lr-linear 64 0 train.lr=0.0448      # 1.4e-3 x 2048 / 64
+run w64-lr-sqrt 64 0 train.lr=0.0079        # 1.4e-3 x sqrt(2048 / 64)
+run w64-eps1e-8 64 0 adam.epsilon=1e-8
+run w1-eps1e-8 0 0 adam.epsilon=1e-8
+dba3c plot "$OUT"/w1/* "$OUT"/w16/* "$OUT"/w64/* \
     --out docs/figures/study_batch_pong
