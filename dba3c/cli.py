@@ -210,7 +210,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    """``dba3c keys``: the config key reference, from the schema (README.md shows it)."""
+    """``dba3c keys``: the config key reference, from the schema (docs/config.md shows it)."""
     from dba3c.config import keys_markdown
 
     print(keys_markdown(), end="")

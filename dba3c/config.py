@@ -403,7 +403,7 @@ def _markdown_value(value: Any) -> str:
 
 def keys_markdown() -> str:
     """The config key reference: one Markdown table row per key (its default and the
-    schema's own description), as README.md shows it and ``dba3c keys`` prints it."""
+    schema's own description), as docs/config.md shows it and ``dba3c keys`` prints it."""
     rows = ["| key | default | meaning |", "|---|---|---|"]
     rows += [f"| `{key}` | {_markdown_value(default)} | {doc} |"
              for key, default, doc in describe_keys()]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `dba3c doctor` (README, "Running on a cluster"): the preflight alone, under the local
+# `dba3c doctor` (docs/cluster.md, "Preflight: `dba3c doctor`"): the preflight alone, under the local
 # mpiexec with 3 ranks, and on a 3-node emulated cluster with 1 Gbit/s links (root; the
 # cluster is stopped at the end). Each ends with one table; exit 0, or 1 with one `error:`
 # line naming the first problem. On a real cluster: sbatch -N 69 -n 69 slurm/doctor.sh

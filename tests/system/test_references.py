@@ -1,11 +1,11 @@
 """Every reference the project's text makes leads somewhere: the file paths (``dba3c/x/y.py``,
 ``tests/...py``, ``launch/...sh``, ``configs/...yaml``), the dotted module names
-(``dba3c.x.y``, ``dba3c.x.y.NAME``, ``learning.rl.NAME``), the ``python -m X`` commands and
-the Markdown links, with their ``#anchor``, of README.md, the Makefile, docs/, launch/,
-slurm/, configs/ and the package's docstrings and comments. A dated entry under docs/log/ is
-history: its module paths and commands are those of its day (docs/log/README.md says so), so
-there only its links must resolve. The test lists every dangling reference at once, as
-``file:line: ...``."""
+(``dba3c.x.y``, ``dba3c.x.y.NAME``, ``learning.rl.NAME``), the ``python -m X`` commands,
+pytest node ids, Markdown links with their ``#anchor``, and sections cited by title
+(``README, "Quickstart"``) of README.md, the Makefile, docs/, launch/, slurm/, configs/ and
+the package's docstrings and comments. A dated entry under docs/log/ is history: its module
+paths and commands are those of its day (docs/log/README.md says so), so there only its links
+must resolve. The test lists every dangling reference at once, as ``file:line: ...``."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ PATH = re.compile(r"(?<![\w./${}-])((?:[\w.][\w.-]*/)*\w[\w-]*\.(?:py|sh|yaml|md
 DOTTED = re.compile(rf"(?<![\w./-])((?:dba3c|{'|'.join(SUBPACKAGES)})\.[\w.]*\w)(?![\w/(-])")
 PYTHON_M = re.compile(r"python[\d.]* -m ([\w.]+)|\"-m\", \"([\w.]+)\"")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+SECTION = re.compile(r"\b(README|[\w./-]+\.md)(?:'s)?,? \"([^\"]+)\"")  # docs/x.md, "Title"
 NODE_ID = re.compile(r"((?:[\w.-]+/)*test_\w+\.py)?::(\w+)")  # tests/x.py::test_y, ::test_z
 PLACEHOLDER = re.compile(r"(?<![a-z])[A-Z][A-Z_]*(?![a-z])")  # GAME, DIR: any name or folder
 
@@ -170,6 +171,26 @@ def node_id_problems(line: str) -> list[str]:
     return problems
 
 
+@cache
+def titles(path: str) -> frozenset[str]:
+    """What a citation may name in ``path``: its headings, and the first cells of its tables'
+    rows (docs/decisions.md's rows), as slugs."""
+    rows = re.findall(r"(?m)^\| ([^|]+?) \|", (ROOT / path).read_text())
+    return anchors(path) | {slug(row) for row in rows}
+
+
+def section_problem(page: str, title: str, source: str) -> str | None:
+    """Why the section ``title`` of ``page`` (``README, "Which MPI"``), cited in ``source``,
+    is not there, or None. A title may be the first words of a heading."""
+    page = "README.md" if page == "README" else page
+    for path in (page, os.path.normpath(str(Path(source).parent / page))):
+        if path in repository_files():
+            cited = slug(title)
+            found = any(t == cited or t.startswith(cited + "-") for t in titles(path))
+            return None if found else f"{path} has no such section"
+    return "no such file"
+
+
 def is_history(path: str) -> bool:
     return path.startswith("docs/log/") and path != "docs/log/README.md"
 
@@ -187,6 +208,8 @@ def dangling_in(path: str) -> list[str]:
         found += [f"{where} {t} does not exist" for t in PATH.findall(line)
                   if not path_exists(t, path)]
         found += [f"{where} {problem}" for problem in node_id_problems(line)]
+        found += [f'{where} {page}, "{title}": {why}' for page, title in SECTION.findall(line)
+                  if (why := section_problem(page, title, path))]
         found += [f"{where} {t}: {why}" for t in DOTTED.findall(line)
                   if (why := dotted_problem(t))]
         found += [f"{where} python -m {m}: {why}" for pair in PYTHON_M.findall(line)
@@ -218,6 +241,16 @@ def test_a_dotted_name_needs_its_module_and_the_name_in_it():
     assert dotted_problem("games.scores.MAX_SCORE") is None
     assert dotted_problem("dba3c.learning.rl.nowhere") == "dba3c.learning.rl has no nowhere"
     assert dotted_problem("dba3c.launchers.nowhere") == "dba3c.launchers has no nowhere"
+
+
+def test_a_cited_section_needs_its_heading():
+    assert section_problem("README", "Quickstart", "Makefile") is None
+    assert section_problem("architecture.md", "What can go wrong", "docs/results.md") is None
+    assert section_problem("decisions.md", "oneDNN kernels", "docs/results.md") is None
+    assert section_problem("README", "Quick", "Makefile") == "README.md has no such section"
+    assert section_problem("docs/nowhere.md", "Quickstart", "README.md") == "no such file"
+    assert SECTION.findall("""(README's "Which MPI"; docs/x.md, "A b")""") == [
+        ("README", "Which MPI"), ("docs/x.md", "A b")]
 
 
 def test_a_node_id_needs_its_test():
