@@ -1,7 +1,7 @@
 """The repository's own rules, checked on its files: lint and types see every tracked Python
 file, the package has no import circle, the tests keep their layout, docs/config.md's key
-table is the schema's, README.md reads in one sitting, nothing cites a file outside the repository, and no shell script
-under pipefail pipes into a quiet grep."""
+table is the schema's, README.md reads in one sitting, nothing cites a file outside the
+repository, and no shell script under pipefail pipes into a quiet grep."""
 
 import ast
 import re
