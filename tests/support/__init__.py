@@ -3,8 +3,8 @@ files, compare arrays, build configs. The modules beside this one hold the helpe
 kind each: ``world`` (ranks as threads on the in-process transport), ``jobs`` (real jobs and
 their processes), ``slurm`` (a local Slurm), ``scale`` (points of ``dba3c bench --scale``),
 ``adam`` (the update-rule tests' hyperparameters and gradients), ``rundirs`` (run
-directories written by hand for the analysis). No test file imports another; what two of
-them share lives here."""
+directories written by hand for the analysis), ``preflight`` (a rank's preflight report made
+by hand). No test file imports another; what two of them share lives here."""
 
 from __future__ import annotations
 

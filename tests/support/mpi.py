@@ -32,7 +32,7 @@ from tests.support import ROOT
 
 # What the local Slurm (Debian's 22.05: pmix, none, cray_shasta, pmi2) gives each family
 # (dba3c.launchers.srun_options.SPOKEN), and the PMI each family's own mpiexec speaks
-# (dba3c.launchers.doctor.pmi_in_use's name and one of the variables it sees).
+# (dba3c.launchers.preflight.checks.pmi_in_use's name and one of the variables it sees).
 SRUN_PLUGIN = {"mpich": "pmi2", "openmpi": "pmix", "intel": "pmi2"}
 MPIEXEC_PMI = {"mpich": ("PMI", "PMI_RANK"), "openmpi": ("PMIx", "PMIX_RANK"),
                "intel": ("PMI", "PMI_RANK")}

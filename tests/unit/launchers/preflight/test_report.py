@@ -1,43 +1,22 @@
-"""dba3c.launchers.doctor: the verdict and the table on hand-made reports, what the
-environment says about PMI, and the ranks' exchange over an in-process world."""
+"""dba3c.launchers.preflight.report: the verdict and the table on hand-made reports and
+launchers."""
 
 import dataclasses
-import threading
 
 import pytest
 
-from dba3c.distributed.transport.in_process import InProcessTransport
-from dba3c.launchers.doctor import (
-    LaunchInfo,
-    Outcome,
-    PairResult,
-    RankReport,
-    decode_report,
-    disk_free,
-    encode_report,
+from dba3c.launchers.local import mpiexec_family
+from dba3c.launchers.preflight.findings import LaunchInfo, PairResult
+from dba3c.launchers.preflight.report import (
     launch_lines,
     launch_problem,
-    loaded_mpi_file,
-    mpi_name,
-    mpiexec_family,
     mpiexec_name,
-    pmi_in_use,
-    run_ranks,
     table,
     verdict,
 )
+from tests.support.preflight import row
 
 MB = 1e6
-
-
-def row(rank: int, host: str | None = None, cpus: int = 12, node_cpus: int = 12,
-        rom_error: str | None = None) -> RankReport:
-    return RankReport(rank=rank, host=host or f"node{rank + 1}", cpus=tuple(range(cpus)),
-                      node_cpus=node_cpus, mpi="MPICH Version: 4.3.0", pmi="srun --mpi=pmi2",
-                      pmi_vars=("SLURM_MPI_TYPE", "PMI_FD", "PMI_RANK", "PMI_SIZE"),
-                      tensorflow="2.21.0", onednn=True, threads=(10, cpus, cpus),
-                      rom="breakout", rom_atari=True, rom_error=rom_error,
-                      disk_path="/scratch", disk_free=500 * 10**9)
 
 
 def pair(b: int, mb_per_s: float, latency_ms: float = 0.05) -> PairResult:
@@ -147,89 +126,6 @@ def test_the_table_has_a_row_per_rank_then_the_pairs():
     assert table(ROWS[:1], []).count("\n") == 2  # alone: the header and one row
 
 
-def test_pmi_is_named_from_the_variables_seen():
-    assert pmi_in_use({}) == ("none", ())
-    assert pmi_in_use({"PMI_FD": "5", "PMI_RANK": "0", "PMI_SIZE": "3", "HOME": "/"}) == (
-        "PMI", ("PMI_FD", "PMI_RANK", "PMI_SIZE"))
-    assert pmi_in_use({"SLURM_MPI_TYPE": "pmi2", "PMI_FD": "5"}) == (
-        "srun --mpi=pmi2", ("SLURM_MPI_TYPE", "PMI_FD"))
-    assert pmi_in_use({"PMIX_RANK": "1", "PMIX_NAMESPACE": "x", "OMPI_COMM_WORLD_RANK": "1"}
-                      )[0] == "PMIx"
-    assert pmi_in_use({"OMPI_COMM_WORLD_RANK": "1"})[0] == "Open MPI"
-
-
-def test_mpi_library_names_are_short():
-    assert mpi_name("MPICH Version:      5.0.2\nMPICH Release date: x\n") == ("MPICH Version: "
-                                                                             "5.0.2")
-    assert mpi_name("Open MPI v4.1.6, package: Debian OpenMPI, ident: 4.1.6\n") == ("Open MPI "
-                                                                                   "v4.1.6")
-    assert mpi_name("") == ""
-
-
-def test_disk_free_is_measured_at_the_nearest_existing_parent(tmp_path):
-    path, free = disk_free(str(tmp_path / "runs" / "not" / "yet"))
-    assert path == str(tmp_path) and free > 0
-
-
-def test_a_report_survives_its_buffer():
-    assert decode_report(encode_report(ROWS[2])) == ROWS[2]
-    assert dataclasses.asdict(decode_report(encode_report(row(0, rom_error="x"))))[
-        "rom_error"] == "x"
-
-
-def _world(size: int, silent: set[int] | None = None, timeout_s: float = 5.0):
-    """Run run_ranks on a world of threads; ranks in ``silent`` never start. The threads
-    share one host (as they do): their pairs move through memory, measured but not judged,
-    so no verdict here rests on how fast this machine copies memory at the time."""
-    world = InProcessTransport.create_world(size)
-    outcomes: dict[int, Outcome | RuntimeError] = {}
-    lines: list[str] = []
-
-    def play(r: int) -> None:
-        try:
-            outcomes[r] = run_ranks(world[r], lambda: row(r, host="node1"), timeout_s,
-                                    lines.append)
-        except RuntimeError as e:  # an aborted in-process world
-            outcomes[r] = e
-
-    threads = [threading.Thread(target=play, args=(r,), daemon=True)
-               for r in range(size) if r not in (silent or set())]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(60)
-    return outcomes, lines
-
-
-def _done(outcome: Outcome | RuntimeError) -> Outcome:
-    assert isinstance(outcome, Outcome), outcome
-    return outcome
-
-
-def test_the_ranks_exchange_reports_and_measure_every_pair_with_rank_0():
-    outcomes, lines = _world(3)
-    zero = _done(outcomes[0])
-    assert zero.code == 0 and zero.problem is None
-    assert [r.rank for r in zero.rows] == [0, 1, 2]
-    assert [(p.a, p.b) for p in zero.pairs] == [(0, 1), (0, 2)]
-    assert all(p.bytes_per_s > 0 and p.latency_s > 0 for p in zero.pairs)
-    assert [_done(outcomes[r]).code for r in (1, 2)] == [0, 0]
-    assert len(lines) == 3 and lines[1].startswith("doctor: reports from 3 of 3 rank(s)")
-
-
-def test_a_rank_that_never_answers_ends_the_world_named(capsys):
-    outcomes, _ = _world(3, silent={2}, timeout_s=0.5)
-    assert isinstance(outcomes[0], RuntimeError) and "aborted" in str(outcomes[0])
-    err = capsys.readouterr().err
-    assert "error: rank(s) 2 sent no report within 0.5 s" in err
-
-
-@pytest.mark.parametrize("size", [1, 2])
-def test_small_worlds_need_no_pairs_or_one(size):
-    outcomes, _ = _world(size)
-    assert len(_done(outcomes[0]).pairs) == size - 1
-
-
 # ---- the MPI library's file and the launchers ---------------------------------------------
 HYDRA = ("HYDRA build details:\n    Version:                                 5.0.2\n"
          "    Release Date:                            Fri Sep 25 20:45:26 UTC 2026\n")
@@ -242,19 +138,6 @@ SRUN = ("srun --mpi=pmi2 (chosen; srun offers pmix, none, cray_shasta, pmi2, pmi
 def launch(version: str = HYDRA, srun: str = SRUN, error: str | None = None,
            judged: bool = False) -> LaunchInfo:
     return LaunchInfo("/venv/bin/mpiexec", version, srun, error, judged)
-
-
-def test_the_loaded_mpi_library_file_is_found_among_the_mapped_files():
-    maps = ("7f1 r-xp 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
-            "7f2 r--p 00000000 08:01 2 /opt/ompi/lib/libmpi_cxx.so.40.30.1\n"
-            "7f3 r--p 00000000 08:01 3 /venv/lib/libmpi.so.40\n"
-            "7f4 r-xp 00000000 08:01 3 /venv/lib/libmpi.so.40\n"
-            "7f5 rw-p 00000000 00:00 0 [heap]\n")
-    assert loaded_mpi_file(maps) == "/venv/lib/libmpi.so.40"
-    cray = "7f1 r-xp 0 08:01 1 /opt/cray/pe/lib64/libmpi_gnu_123.so.12\n"
-    assert loaded_mpi_file(cray) == "/opt/cray/pe/lib64/libmpi_gnu_123.so.12"
-    assert loaded_mpi_file("7f1 r-xp 0 08:01 1 /usr/lib/libmpifort.so.12\n") == ""
-    assert loaded_mpi_file("") == ""
 
 
 @pytest.mark.parametrize(("text", "family", "name"), [
