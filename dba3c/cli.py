@@ -14,6 +14,25 @@ from dba3c.launchers.slurm_site import add_slurm_args
 from dba3c.learning.tflog import quiet_tensorflow
 
 
+def finite_float(text: str) -> float:
+    """An option's finite number (``nan`` and ``inf`` are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An option's finite number above 0."""
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not above 0")
+    return value
+
+
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="YAML preset, e.g. configs/breakout.yaml")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
@@ -158,8 +177,14 @@ def make_parser() -> argparse.ArgumentParser:
     sub.add_parser("submit", help="submit to Slurm with submitit (see `dba3c submit --help`)")
 
     p = sub.add_parser("plot", help="learning curves and scaling figures (PNG + CSV)")
-    p.add_argument("paths", nargs="+", help="run or sweep directories")
+    p.add_argument("paths", nargs="+", help="run or sweep directories, scale results (.json)")
     p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--score", type=finite_float, help="also the paper's Figure 8, predicted: "
+                   "time to this evaluation score against workers (needs --node-rate)")
+    p.add_argument("--node-rate", type=positive_float, metavar="DATA_POINTS_PER_S",
+                   help="one node's data points/s, for --score (dba3c bench node)")
+    p.add_argument("--link", type=positive_float, default=10.0, metavar="GBIT",
+                   help="the scale results' link rate whose E(W) --score uses (default 10)")
 
     p = sub.add_parser("table", help="runs of the paper's games beside its Table 3: per game "
                        "and config, across seeds (Markdown + CSV + figure)")
@@ -303,12 +328,16 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """``dba3c plot``: PNG and CSV files for run and sweep directories."""
-    from dba3c.analysis.plots import plot_command
+    from dba3c.analysis.plots import Figure8, plot_command
     from dba3c.outputs import check_output_dir
 
     check_output_dir(args.out, f"--out {args.out}")
+    if (args.score is None) != (args.node_rate is None):
+        raise UserError("--score and --node-rate go together: the predicted Figure 8 needs "
+                        "the score and one node's data points/s")
+    figure8 = None if args.score is None else Figure8(args.score, args.node_rate, args.link)
     try:
-        written = plot_command(args.paths, args.out)
+        written = plot_command(args.paths, args.out, figure8)
     except ValueError as e:
         raise UserError(str(e)) from None
     for path in written:

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter, NullLocator
 
+from dba3c.analysis.figure8 import draw_figure8, efficiency_by_workers, figure8_table
 from dba3c.analysis.runs import (
     Run,
     config_value,
@@ -479,7 +480,19 @@ def write_csv(path: Path, table: Table) -> None:
         writer.writerows(table)
 
 
-def plot_command(paths: list, out_dir: str | Path) -> list[Path]:
+class Figure8(NamedTuple):
+    """What ``dba3c plot --score S --node-rate R`` predicts the paper's Figure 8 with
+    (:mod:`dba3c.analysis.figure8`): the score, one node's data points/s, and which scale
+    points give E(W)."""
+
+    score: float
+    node_rate: float
+    link_gbit: float = 10.0
+    hidden: int = 128
+
+
+def plot_command(paths: list, out_dir: str | Path,
+                 figure8: Figure8 | None = None) -> list[Path]:
     """``dba3c plot PATH... --out DIR``: all figures (PNG + CSV) for run and sweep
     directories; returns the files written.
 
@@ -488,7 +501,9 @@ def plot_command(paths: list, out_dir: str | Path) -> list[Path]:
     the results of ``dba3c bench --scale``. With several sweeps, each one's figures are
     prefixed with its directory name; several scale results are drawn together (e.g. a
     ``ps`` run and a collective run in one efficiency figure; a point in several, their
-    mean). Raises ValueError naming a path that is none of these.
+    mean). With ``figure8``, also ``figure8_predicted``: time to its score against workers
+    from the runs (their W: :func:`dba3c.analysis.figure8.run_workers`) and the scale
+    results' E(W). Raises ValueError naming a path that is none of these.
     """
     from dba3c.training.rundir import read_scale_results
 
@@ -514,6 +529,11 @@ def plot_command(paths: list, out_dir: str | Path) -> list[Path]:
     if scales:
         tables.append(("", scale_tables({"points": [point for _, results in scales
                                                     for point in results["points"]]})))
-    return write_outputs({prefix + name: (draw_figure(name, table), table)
-                          for prefix, named in tables for name, table in named.items() if table},
-                         out_dir)
+    outputs = {prefix + name: (draw_figure(name, table), table)
+               for prefix, named in tables for name, table in named.items() if table}
+    if figure8:
+        points = [point for _, results in scales for point in results["points"]]
+        table = figure8_table(runs, figure8.score, figure8.node_rate,
+                              efficiency_by_workers(points, figure8.link_gbit, figure8.hidden))
+        outputs["figure8_predicted"] = (draw_figure8(table), table)
+    return write_outputs(outputs, out_dir)
