@@ -391,6 +391,10 @@ make_network() {  # the bridge, one namespace + shaped veth per node
         ip -n "$ns" addr add "$(node_addr "$k")/24" dev eth0
         # IPv4 only: no IPv6 neighbour discovery chatter in the links' byte counters
         ip netns exec "$ns" sysctl -qw net.ipv6.conf.eth0.disable_ipv6=1
+        # as a tuned HPC site: an idle connection keeps its congestion window (Linux's
+        # default restarts slow start after 200 ms idle, longer than a collective round
+        # waits at large time scales)
+        ip netns exec "$ns" sysctl -qw net.ipv4.tcp_slow_start_after_idle=0
         sysctl -qw "net.ipv6.conf.$veth.disable_ipv6=1"
         ip -n "$ns" link set lo up
         ip -n "$ns" link set eth0 up

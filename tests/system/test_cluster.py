@@ -112,6 +112,11 @@ def test_nodes_are_namespaces_on_a_closed_network_with_slurmds(emulated):
                                 capture_output=True, text=True, check=True).stdout
         assert routes.split() == ["10.77.0.0/24", "dev", "eth0", "proto", "kernel", "scope",
                                   "link", "src", f"10.77.0.{k + 1}"]  # no default route
+        # a tuned site's TCP: an idle connection keeps its window (the host keeps its own)
+        slow_start = subprocess.run(["ip", "netns", "exec", f"dba3c-node{k}", "sysctl", "-n",
+                                     "net.ipv4.tcp_slow_start_after_idle"],
+                                    capture_output=True, text=True, check=True).stdout
+        assert slow_start.strip() == "0"
     status = cluster("status")
     assert status.count("slurmd running") == NODES and "rate 10Gbit" in status
     out = subprocess.run(["srun", f"-N{NODES}", f"-n{NODES}", "-l", "sh", "-c",
