@@ -68,11 +68,12 @@ test: lint  ## lint, then the whole test suite (CI runs this; a lint failure fai
 test-fast: $(STAMP)  ## unit tests only (tests/unit: in-process, no subprocess)
 	$(BIN)/python -m pytest -q tests/unit
 
-bench: $(STAMP)  ## benchmark harness: bench/results.json (dba3c bench --log adds a new docs/log entry)
-	$(BIN)/dba3c bench
+# The node bench (dba3c bench --help lists the others); --log would add a new docs/log entry.
+bench: $(STAMP)  ## one node's ceilings, throughput, MFU and overhead: bench/results.json
+	$(BIN)/dba3c bench node
 
 bench-quick: $(STAMP)
-	$(BIN)/dba3c bench --quick
+	$(BIN)/dba3c bench node --quick
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -9,6 +9,7 @@ import argparse
 import os
 import sys
 
+from dba3c.benchmarks.commands import add_bench_parser, run_bench
 from dba3c.errors import OneLineParser, UserError, exit_code
 from dba3c.launchers.slurm_site import add_slurm_args
 from dba3c.learning.tflog import quiet_tensorflow
@@ -40,19 +41,6 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overrides", action="append", default=[], dest="overrides_files",
                    metavar="FILE", help="a YAML file of config sections applied before the "
                    "KEY=VALUE overrides (e.g. the node settings `dba3c tune --write` found)")
-
-
-def counts(text: str) -> tuple[int, ...]:
-    """``--workers 32,64`` / ``--ps 4,8`` (``--links``, ``--hidden``) of ``dba3c bench
-    --scale``: positive counts."""
-    try:
-        values = tuple(int(n) for n in text.split(","))
-    except ValueError:
-        values = ()
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive "
-                                         f"counts (e.g. 32,64)")
-    return values
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -98,54 +86,7 @@ def make_parser() -> argparse.ArgumentParser:
     add_slurm_args(p, time_help="--launcher slurm: time limit per point, minutes (default: "
                    "its train.max_seconds plus a margin)")
 
-    p = sub.add_parser("bench", help="ceilings, end-to-end throughput, MFU, distributed "
-                       "overhead -> bench/results.json (--log: and a new docs/log entry)")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
-    p.add_argument("--config", default="configs/breakout.yaml", help="YAML preset")
-    p.add_argument("--quick", action="store_true", help="shorter runs (under 3 minutes)")
-    p.add_argument("--out", default="bench/results.json",
-                   help="JSON results (--scale, --profile and --long write scale.json, "
-                   "profile.json and long.json in its directory)")
-    p.add_argument("--log", action="store_true",
-                   help="also write the Markdown table as a new log entry, "
-                   "DIR/YYYY-MM-DD-bench-KIND.md (DIR: --log-dir; KIND: node, profile, long "
-                   "or scale; -2, -3, ... when the name exists); no curated page is edited")
-    p.add_argument("--log-dir", default=None, metavar="DIR",
-                   help="--log: the log's directory (default docs/log)")
-    p.add_argument("--long", type=float, default=None, metavar="SECONDS",
-                   help="instead: one long 1 worker + 1 PS run (evaluations on) measuring "
-                   "peak RSS per rank over time and run-directory growth")
-    p.add_argument("--run-dir", default="runs/bench-long", help="run directory of --long")
-    p.add_argument("--profile", action="store_true",
-                   help="instead: train one process and time each section of the actor's "
-                   "and the trainer's loops (emulator, predict, sampling, assembly, queue, "
-                   "gradient, Adam, assign, metrics) over 40 s (15 s with --quick) from 10 s "
-                   "after the first step -> bench/profile.json")
-    p.add_argument("--scale", action="store_true",
-                   help="instead: synthetic-compute runs on the emulated cluster (root) over a "
-                   "grid of workers, parameter servers, FC sizes, backup workers and link "
-                   "rates -> bench/scale.json")
-    p.add_argument("--compute-ms", type=float, default=None,
-                   help="--scale: a worker's compute time per step T_c (default: an assumed "
-                   "12-core node)")
-    p.add_argument("--time-scale", type=float, default=10.0,
-                   help="--scale: s, workers wait T_c x s per step and 10 Gb/s links run "
-                   "at 10/s Gb/s (100 Gb/s links at 5 x s; default 10)")
-    p.add_argument("--aggregation", choices=("ps", "collective"), default=None,
-                   help="--scale: ps (the default grid: workers x parameter servers) or "
-                   "collective (workers without parameter servers, dist.aggregation)")
-    p.add_argument("--workers", type=counts, default=(), metavar="W[,W...]",
-                   help="--scale: only the grid's points with these worker counts (e.g. 32,64)")
-    p.add_argument("--ps", type=counts, default=(), metavar="P[,P...]",
-                   help="--scale: only the grid's points with these parameter-server counts")
-    p.add_argument("--links", type=counts, default=(), metavar="GBIT[,GBIT...]",
-                   help="--scale: only the grid's points over links of these rates, Gb/s "
-                   "(10, 100)")
-    p.add_argument("--hidden", type=counts, default=(), metavar="H[,H...]",
-                   help="--scale: only the grid's points with these FC sizes (model.hidden)")
-    p.add_argument("--point-timeout", type=float, default=None, metavar="SECONDS",
-                   help="--scale: end a point still running after this long and record it "
-                   "as failed (default 300)")
+    add_bench_parser(sub)
 
     p = sub.add_parser("tune", help="measure this node's fastest env.num_envs, env.batch_size "
                        "and TensorFlow threads for one process; print the overrides")
@@ -380,71 +321,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    """``dba3c bench``: measure, write the JSON (with ``--log`` also a new log entry), print
-    the Markdown table."""
-    from pathlib import Path
-
-    from dba3c.benchmarks.node import bench_command, long_command, profile_command
-    from dba3c.preset import load_config
-
-    load_config(args.config, args.overrides)  # refuse bad input before minutes of work
-    modes = [f"--{m}" for m in ("scale", "long", "profile") if getattr(args, m) not in
-             (None, False)]
-    if len(modes) > 1:
-        raise UserError(f"{' and '.join(modes)} are separate benchmarks: give one of them")
-    if args.log_dir is not None and not args.log:
-        raise UserError("--log-dir is a --log option (give --log)")
-    log_dir = Path(args.log_dir or "docs/log") if args.log else None
-    if args.profile:
-        out_json = Path(args.out).with_name("profile.json")
-        table, log = profile_command(args.config, args.overrides, args.quick, out_json,
-                                     log_dir)
-    elif args.scale:
-        from dba3c.benchmarks.scale.cluster import POINT_TIMEOUT_S
-        from dba3c.benchmarks.scale.grid import Selection
-        from dba3c.benchmarks.scale.report import SCALE_JSON, scale_command
-
-        if args.compute_ms is not None and args.compute_ms <= 0:
-            raise UserError(f"--compute-ms {args.compute_ms:g} must be a positive number of "
-                            f"milliseconds")
-        if args.time_scale < 1:
-            raise UserError(f"--time-scale {args.time_scale:g} must be at least 1")
-        point_timeout = POINT_TIMEOUT_S if args.point_timeout is None else args.point_timeout
-        if not point_timeout > 0:
-            raise UserError(f"--point-timeout {point_timeout:g} must be a positive number of "
-                            f"seconds")
-        out_json = Path(args.out).with_name(SCALE_JSON)
-        table, log = scale_command(args.config, args.overrides, args.quick, args.compute_ms,
-                                   args.time_scale, out_json, log_dir,
-                                   args.aggregation or "ps",
-                                   Selection(args.workers, args.ps, args.links, args.hidden),
-                                   point_timeout)
-    elif (given := [option for option, value in (
-            ("--aggregation", args.aggregation is not None), ("--workers", args.workers),
-            ("--ps", args.ps), ("--links", args.links), ("--hidden", args.hidden),
-            ("--point-timeout", args.point_timeout is not None)) if value]):
-        raise UserError(f"{given[0]} is a --scale option (give --scale)")
-    elif args.long is None:
-        out_json = Path(args.out)
-        table, log = bench_command(args.config, args.overrides, args.quick, out_json,
-                                   log_dir)
-    else:
-        run_dir = Path(args.run_dir)
-        if args.long <= 0:
-            raise UserError(f"--long {args.long:g} must be a positive number of seconds")
-        if run_dir.exists():
-            raise UserError(f"--run-dir {run_dir} exists; a long run needs a fresh directory "
-                            f"(it would resume instead)")
-        out_json = Path(args.out).with_name("long.json")
-        table, log = long_command(args.config, args.overrides, args.long, run_dir, out_json,
-                                  log_dir)
-    print(table, end="")
-    print(f"bench: results in {out_json}" + (f"; log entry {log}" if log else ""),
-          file=sys.stderr)
-    return 0
-
-
 def cmd_tune(args: argparse.Namespace) -> int:
     """``dba3c tune``: search this node's throughput settings, print the best."""
     from dba3c.launchers.tune import tune_command
@@ -466,7 +342,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 COMMANDS = {"train": cmd_train, "describe": cmd_describe, "keys": cmd_keys,
             "evaluate": cmd_evaluate,
             "launch": cmd_launch, "plot": cmd_plot, "table": cmd_table, "sweep": cmd_sweep,
-            "bench": cmd_bench, "tune": cmd_tune, "doctor": cmd_doctor}
+            "bench": run_bench, "tune": cmd_tune, "doctor": cmd_doctor}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -219,11 +219,11 @@ class DistConfig:
                                 "(distributed runs only)")
     poll_max_ms: float = _opt(0.5, _between(0, 1000, lo_open=True),
                               "longest sleep between two polls of a waiting worker or "
-                              "parameter server, ms (dba3c bench --scale: x its time scale)")
+                              "parameter server, ms (dba3c bench scale: x its time scale)")
     collective_poll_us: float = _opt(50.0, _between(0, 1_000_000, lo_open=True),
                                      "longest sleep between two polls of a rank waiting in "
                                      "a collective, us (dist.aggregation=collective; "
-                                     "dba3c bench --scale: x its time scale)")
+                                     "dba3c bench scale: x its time scale)")
     collective_overlap: bool = _opt(True, None, "hide communication behind compute: the "
                                     "gradient leaves layer by layer during the backward pass "
                                     "and the next forward pass starts on the layers already "
@@ -241,7 +241,7 @@ class DistConfig:
                                     "from the first step)")
     overlap_cost: float = _opt(0.14, NON_NEGATIVE, "what overlapping costs a step, as a "
                                "fraction of its compute (the staged step; docs/decisions.md, "
-                               "\"staged step cost\": python -m dba3c.benchmarks.real_ranks "
+                               "\"staged step cost\": dba3c bench real-ranks "
                                "measures a node's own); synthetic ranks charge it too")
     collective_algorithm: str = _opt("recursive", _one_of(*COLLECTIVE_ALGORITHMS),
                                       "recursive: reduce-scatter by recursive halving and "

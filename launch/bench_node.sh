@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 
-dba3c bench --quick --config configs/breakout.yaml "$@"
-dba3c bench --quick --config configs/pong_small.yaml "$@"
+dba3c bench node --quick --config configs/breakout.yaml "$@"
+dba3c bench node --quick --config configs/pong_small.yaml "$@"

@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 
-dba3c bench --profile --config configs/pong_small.yaml "$@"
+dba3c bench profile --config configs/pong_small.yaml "$@"

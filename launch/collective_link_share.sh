@@ -16,7 +16,7 @@ for nodes in 8 16; do
     DBA3C_MPIEXEC_ARGS="$(slurm/local-cluster.sh mpiexec-args)"
     export DBA3C_MPIEXEC_ARGS
     for params in 822277 205573; do
-        python -m dba3c.benchmarks.waiting --ranks "$nodes" --params "$params" --rounds 5 \
+        dba3c bench waiting --ranks "$nodes" --params "$params" --rounds 5 \
             --algorithm recursive --link-mbit 25 \
             --strategies block,quick-20000us,poll-80000us \
             > "bench/collective_link_share/w$nodes-$params.md" \

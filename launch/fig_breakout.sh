@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 
-dba3c bench --long 1800 --run-dir runs/breakout-30min
+dba3c bench long --seconds 1800 --run-dir runs/breakout-30min
 dba3c plot runs/breakout-30min --out docs/figures/breakout

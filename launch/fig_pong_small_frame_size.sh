@@ -15,6 +15,6 @@ dba3c train configs/pong_small.yaml model.frame_size=64 eval.stop_at_target=true
 dba3c train configs/pong_small.yaml model.frame_size=64 eval.stop_at_target=true \
     train.max_seconds=2700 run.dir=runs/f64_s0                                   # resumed
 for size in 84 64 42; do
-    dba3c bench --quick --config configs/pong_small.yaml model.frame_size=$size
+    dba3c bench node --quick --config configs/pong_small.yaml model.frame_size=$size
 done
 dba3c plot runs/f42_s0 runs/f64_s0 --out docs/figures/pong_small_frame_size  # online_vs_step.png kept

@@ -9,8 +9,8 @@ export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 for d in runs/pong-stopbelow runs/pong-stopbelow-seed1 runs/pong-stopbelow-seed2 runs/pong-vw1 runs/pong-vw1-seed1; do
     [ -d "$d" ] || { echo "error: $d is missing: run launch/fig_pong_small_stopbelow.sh and launch/fig_pong_small_b128_eps_vw.sh first" >&2; exit 2; }
 done
-dba3c bench --quick --config configs/pong_small.yaml env.frame_skip=4   # then =6
-dba3c bench --quick --config configs/pong_small.yaml env.frame_skip=6
+dba3c bench node --quick --config configs/pong_small.yaml env.frame_skip=4   # then =6
+dba3c bench node --quick --config configs/pong_small.yaml env.frame_skip=6
 dba3c train configs/pong_small.yaml env.frame_skip=6 eval.stop_at_target=true \
     run.dir=runs/pong-fs6                                                        # stopped at 25 min
 dba3c train configs/pong_small.yaml train.value_weight=1.0 run.seed=2 \

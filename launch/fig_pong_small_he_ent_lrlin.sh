@@ -13,7 +13,7 @@ dba3c train configs/pong_small.yaml model.init=he eval.stop_at_target=true \
     run.dir=runs/pong-he                                                         # 1800 s
 dba3c train configs/pong_small.yaml train.entropy_beta=0.003 eval.stop_at_target=true \
     run.dir=runs/pong-ent3e-3                                                    # 1800 s
-dba3c bench --quick --config configs/pong_small.yaml
+dba3c bench node --quick --config configs/pong_small.yaml
 dba3c train configs/pong_small.yaml train.lr=0.002 train.lr_schedule=linear \
     train.max_steps=80000 eval.stop_at_target=true run.dir=runs/pong-lrlin       # 1800 s
 dba3c train configs/pong_small.yaml train.lr=0.002 train.lr_schedule=linear \

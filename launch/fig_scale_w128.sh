@@ -8,12 +8,12 @@ cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 
 out=bench/scale_w128
-dba3c bench --scale --aggregation ps --ps 4 --hidden 128 --time-scale 10 --out "$out/ps/scale.json"
+dba3c bench scale --aggregation ps --ps 4 --hidden 128 --time-scale 10 --out "$out/ps/scale.json"
 for overlap in true false; do
     # 10 Gb/s at s = 200: a larger time scale keeps the emulating host's share of a step small
-    dba3c bench --scale --aggregation collective --hidden 128 --links 10 --time-scale 200 \
+    dba3c bench scale --aggregation collective --hidden 128 --links 10 --time-scale 200 \
         "dist.collective_overlap=$overlap" --out "$out/collective-$overlap-10/scale.json"
-    dba3c bench --scale --aggregation collective --hidden 128 --links 100 --time-scale 100 \
+    dba3c bench scale --aggregation collective --hidden 128 --links 100 --time-scale 100 \
         "dist.collective_overlap=$overlap" --out "$out/collective-$overlap-100/scale.json"
 done
 dba3c plot "$out"/*/scale.json --out docs/figures/scale_w128

@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 
-python -m dba3c.benchmarks.real_ranks --ranks 2 --cores 1 --steps 60 --repeats 3 --modes off,on,auto "$@"
+dba3c bench real-ranks --ranks 2 --cores 1 --steps 60 --repeats 3 --modes off,on,auto "$@"

@@ -8,5 +8,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 
-dba3c bench --scale --time-scale 10 "$@"
+dba3c bench scale --time-scale 10 "$@"
 dba3c plot bench/scale.json --out docs/figures/scale

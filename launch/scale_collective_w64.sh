@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 
-dba3c bench --scale --aggregation collective --workers 64 --time-scale 200 "$@"
-dba3c bench --scale --aggregation collective --workers 64 --time-scale 200 dist.collective_overlap=false "$@"
+dba3c bench scale --aggregation collective --workers 64 --time-scale 200 "$@"
+dba3c bench scale --aggregation collective --workers 64 --time-scale 200 dist.collective_overlap=false "$@"

@@ -9,7 +9,7 @@ export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 
 extra=("$@")   # passed on to every run
 w64() {
-    dba3c bench --scale --aggregation collective --workers 64 dist.overlap_cost=0 "$@" \
+    dba3c bench scale --aggregation collective --workers 64 dist.overlap_cost=0 "$@" \
         ${extra[@]+"${extra[@]}"}
 }
 for run in 1 2 3; do

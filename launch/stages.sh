@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 
-python -m dba3c.benchmarks.stages --config configs/breakout.yaml
-python -m dba3c.benchmarks.stages --config configs/pong_small.yaml
+dba3c bench stages --config configs/breakout.yaml
+dba3c bench stages --config configs/pong_small.yaml

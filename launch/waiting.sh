@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 
-python -m dba3c.benchmarks.waiting --ranks 2,4,8 --rounds 50
-python -m dba3c.benchmarks.waiting --ranks 2,4 --strategies poll-50us,quick-50us,block
+dba3c bench waiting --ranks 2,4,8 --rounds 50
+dba3c bench waiting --ranks 2,4 --strategies poll-50us,quick-50us,block

@@ -15,7 +15,7 @@ Figures, by file stem:
 * from a sweep's ``sweep.csv``: ``time_to_target_vs_workers`` and ``throughput_vs_workers``
   (with the ideal linear scaling line), ``throughput_vs_hidden`` (paper fig. 6) and
   ``throughput_vs_ps`` (paper fig. 7), each only when its grid column varies in the sweep;
-* from ``dba3c bench --scale``'s ``scale.json`` (emulated cluster):
+* from ``dba3c bench scale``'s ``scale.json`` (emulated cluster):
   ``scale_efficiency_vs_workers`` (with the ideal E = 1), ``scale_throughput_vs_ps`` and
   ``scale_throughput_vs_hidden`` at the largest W, one series per link rate (and P).
 
@@ -127,7 +127,7 @@ _SCALING = {
         "parameter servers (dist.ps)", _THROUGHPUT, "Throughput vs parameter servers"),
 }
 
-# dba3c bench --scale figures: x and y are keys of scale.json's points
+# dba3c bench scale figures: x and y are keys of scale.json's points
 _SCALE = {
     "scale_efficiency_vs_workers": _Scaling(
         "workers", "efficiency", lambda y0, x0, x: 1.0, "workers W",
@@ -279,7 +279,7 @@ def scale_mode(point: dict) -> str:
 
 
 def scale_tables(results: dict) -> dict[str, Table]:
-    """The tables behind the ``scale_*`` figures from ``dba3c bench --scale`` results.
+    """The tables behind the ``scale_*`` figures from ``dba3c bench scale`` results.
 
     Only measured points without backup workers or stragglers count. Efficiency vs W takes
     the FC 128 points, one series per link rate and mode (:func:`scale_mode`: P, or
@@ -498,7 +498,7 @@ def plot_command(paths: list, out_dir: str | Path,
 
     A run directory has ``metrics.jsonl``; a sweep directory has ``sweep.csv``, and its
     ``ok`` runs join the learning curves and the sync-vs-async figure; a ``.json`` file is
-    the results of ``dba3c bench --scale``. With several sweeps, each one's figures are
+    the results of ``dba3c bench scale``. With several sweeps, each one's figures are
     prefixed with its directory name; several scale results are drawn together (e.g. a
     ``ps`` run and a collective run in one efficiency figure; a point in several, their
     mean). With ``figure8``, also ``figure8_predicted``: time to its score against workers
@@ -520,7 +520,7 @@ def plot_command(paths: list, out_dir: str | Path,
         else:
             raise ValueError(f"{path}: expected a run directory (with {METRICS}), a "
                              f"sweep directory (with {SWEEP_CSV}) or the .json results of "
-                             f"dba3c bench --scale")
+                             f"dba3c bench scale")
     runs = load_runs(run_dirs)
     tables = [("", learning_curve_tables(runs)),
               ("", {"sync_vs_async": sync_vs_async_table(runs)})]

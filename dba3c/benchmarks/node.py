@@ -1,4 +1,4 @@
-"""``dba3c bench [--quick]``: how close one node gets to its ceilings, and what the
+"""``dba3c bench node [--quick]``: how close one node gets to its ceilings, and what the
 distributed machinery costs, measured on this machine in one go.
 
 Writes ``bench/results.json`` and prints a Markdown page (with ``--log`` also a new log
@@ -15,9 +15,9 @@ entry under ``docs/log``, :func:`dba3c.benchmarks.record.record`):
 6. distributed overhead: 1 worker + 1 PS against (3), and W = 2, 4 on this host (full run);
 plus peak RSS per rank and the bytes each worker sends and receives per step.
 
-``dba3c bench --profile`` instead trains in this process and reports where one worker's
+``dba3c bench profile`` instead trains in this process and reports where one worker's
 actor and trainer threads spend each step (``bench/profile.json`` and a Markdown page);
-``dba3c bench --long`` measures memory and disk over one long run (``bench/long.json``).
+``dba3c bench long`` measures memory and disk over one long run (``bench/long.json``).
 """
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ def profile_table(r: dict, command: str) -> str:
             for thread in ("actor", "trainer") for name, ms, share in r[thread]]
     load = ", ".join(f"{x:.1f}" for x in r["load_average"])
     return "\n".join([
-        f"# `dba3c bench --profile` on {r['date']}", "",
+        f"# `dba3c bench profile` on {r['date']}", "",
         f"Command: `{command}`  ", f"Machine: {r['machine']}; config `{r['config']}` "
         f"{' '.join(r['overrides'])}; load average at the end {load}", "",
         f"{r['data_points_per_s']:.0f} data points/s over {r['window_s']:.0f} s after "
@@ -395,7 +395,7 @@ def markdown_table(r: dict, command: str) -> str:
     rss = ", ".join(f"{k} {v:.0f}" for k, v in single["peak_rss_mb"].items())
     dist_rss = ", ".join(f"{k} {v:.0f}" for k, v in dist["1"]["peak_rss_mb"].items())
     lines = [
-        f"# `dba3c bench{' --quick' if r['quick'] else ''}` on {r['date']}", "",
+        f"# `dba3c bench node{' --quick' if r['quick'] else ''}` on {r['date']}", "",
         f"Command: `{command}`  ", f"Machine: {r['machine']}; "
         f"{r['cpu_kernels']} CPU kernels; config `{r['config']}` "
         f"{' '.join(r['overrides'])} ({r['parameters']:,} parameters, "
@@ -441,29 +441,29 @@ def bench_command(config: str, overrides: list[str], quick: bool, out_json: Path
     log entry there (:func:`~dba3c.benchmarks.record.record`); return the page and the
     entry's path (None without ``log_dir``)."""
     results = run_bench(config, overrides, quick)
-    table = markdown_table(results, command_line(" --quick" if quick else "", config,
-                                                 overrides))
+    table = markdown_table(results, command_line(" node" + (" --quick" if quick else ""),
+                                                 config, overrides))
     return table, record(results, table, out_json, "node", log_dir)
 
 
 def profile_command(config: str, overrides: list[str], quick: bool, out_json: Path,
                     log_dir: Path | None = None) -> tuple[str, Path | None]:
-    """``dba3c bench --profile``: time the sections of one worker's step, write the JSON and,
+    """``dba3c bench profile``: time the sections of one worker's step, write the JSON and,
     with ``log_dir``, the Markdown page as a new log entry; return the page and the entry's
     path."""
     result = profile_worker(config, overrides, 15 if quick else 40)
-    table = profile_table(result, command_line(" --profile" + (" --quick" if quick else ""),
+    table = profile_table(result, command_line(" profile" + (" --quick" if quick else ""),
                                                config, overrides))
     return table, record(result, table, out_json, "profile", log_dir)
 
 
 def long_command(config: str, overrides: list[str], seconds: float, run_dir: Path,
                  out_json: Path, log_dir: Path | None = None) -> tuple[str, Path | None]:
-    """``dba3c bench --long``: the long run (into the new ``run_dir``), its JSON and, with
+    """``dba3c bench long``: the long run (into the new ``run_dir``), its JSON and, with
     ``log_dir``, its Markdown page as a new log entry; return the page and the entry's
     path."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     result = long_run(config, overrides, seconds, run_dir)
-    table = long_table(result, command_line(f" --long {seconds:g} --run-dir {run_dir}",
-                                            config, overrides))
+    options = f" long --seconds {seconds:g} --run-dir {run_dir}"
+    table = long_table(result, command_line(options, config, overrides))
     return table, record(result, table, out_json, "long", log_dir)

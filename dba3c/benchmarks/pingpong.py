@@ -1,7 +1,7 @@
 """``python dba3c/benchmarks/pingpong.py NBYTES REPS`` under MPI with 2 ranks: rank 0 sends NBYTES
 to rank 1 and gets them back, REPS times; rank 0 prints one JSON line with the byte count, the
 seconds it took and each rank's host name (tests/system/test_cluster.py measures links with it,
-dba3c bench --scale the emulated cluster's unshaped throughput)."""
+dba3c bench scale the emulated cluster's unshaped throughput)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A command run as a process tree that can be ended whole: a deadline and an interrupt flag.
 
-``dba3c bench --scale`` starts ``mpiexec`` and its ranks for each job. A job that crawls or a
+``dba3c bench scale`` starts ``mpiexec`` and its ranks for each job. A job that crawls or a
 Ctrl-C must end every process of it, not only the one started: mpiexec puts itself in its own
 process group and the ranks may outlive it. :class:`ProcessTree` starts the command in a new
 session and ends it by the session (every process in it, wherever it was reparented) and by

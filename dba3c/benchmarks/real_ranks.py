@@ -1,10 +1,10 @@
 """Real TensorFlow ranks on one multi-core machine: what the collective mode's overlap costs
 a rank that trains, with overlap off, on, or chosen by the run, on the same layout.
 
-    python -m dba3c.benchmarks.real_ranks --ranks 4 --cores 4 --repeats 2
-    python -m dba3c.benchmarks.real_ranks --modes off,auto --tcp      # the run's own choice
-    python -m dba3c.benchmarks.real_ranks --ranks 2 --cores 1 --steps 12 --repeats 1  # 2 cores
-    python -m dba3c.benchmarks.real_ranks --ranks 4 --cores 4 --namespaces 10gbit  # a link each
+    dba3c bench real-ranks --ranks 4 --cores 4 --repeats 2
+    dba3c bench real-ranks --modes off,auto --tcp      # the run's own choice
+    dba3c bench real-ranks --ranks 2 --cores 1 --steps 12 --repeats 1  # 2 cores
+    dba3c bench real-ranks --ranks 4 --cores 4 --namespaces 10gbit  # a link each
 
 Each run is ``dba3c train`` under the MPI library's ``mpiexec``: ``--ranks`` training
 workers of the paper network (the preset's simulators, mini-batch and FC size) in the
@@ -37,7 +37,6 @@ medians. Results go to ``--out`` (JSON) with the machine and the command line.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import re
@@ -52,6 +51,7 @@ from pathlib import Path
 from dba3c.benchmarks.emulated import EmulatedCluster
 from dba3c.benchmarks.record import machine_description, write_results
 from dba3c.benchmarks.scale.cluster import steady_step_seconds
+from dba3c.errors import UserError
 from dba3c.launchers.local import (
     find_mpiexec,
     launch_command,
@@ -87,7 +87,8 @@ def overrides(ranks: int, steps: int, mode: str, run_dir: Path) -> list[str]:
 # a rank's first line (dba3c.cpus.rank_line), found anywhere in the job's stderr: mpiexec
 # forwards the ranks' output in chunks, which may end a line inside another rank's
 FIRST_LINE = re.compile(r"rank \d+ \([^)]*\) on \S+: \d+ of \d+ CPUs bound \([^)]*\); "
-                        r"(?:threads: [^;\n]*?\d+ inter-op|no simulators, no TensorFlow)")
+                        r"(?:threads: [^;\n]*?\d+ inter-op(?:; computes in \w+ \([^)\n]*\))?"
+                        r"|no simulators, no TensorFlow)")
 
 
 def rank_commands(program: list[str], ranks: int, cores: int) -> list[str]:
@@ -142,77 +143,57 @@ def shape_loopback(rate: str | None) -> None:
                         "burst", "4mb", "latency", "50ms"], check=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dba3c.benchmarks.real_ranks",
-                                description=__doc__.split("\n")[0])
-    p.add_argument("--config", default="configs/breakout_64.yaml")
-    p.add_argument("--ranks", type=int, default=4)
-    p.add_argument("--cores", type=int, default=4, help="CPUs bound to each rank")
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--repeats", type=int, default=2, help="runs of each mode")
-    p.add_argument("--modes", default="off,on", help="of off, on, auto (off is the base)")
-    p.add_argument("--tcp", action="store_true", help="TCP over the loopback")
-    p.add_argument("--link", default=None, help="e.g. 10gbit: TCP over a shaped loopback")
-    p.add_argument("--namespaces", default=None, metavar="RATE",
-                   help="e.g. 10gbit: each rank on an emulated node of its own, its link "
-                   "shaped at RATE (root)")
-    p.add_argument("--work-dir", default="runs/real_ranks")
-    p.add_argument("--out", default="bench/real_ranks.json")
-    args = p.parse_args(argv)
-    modes = args.modes.split(",")
-    if "off" not in modes or not set(modes) <= set(MODES):
-        print(f"error: --modes {args.modes}: a list of {', '.join(MODES)} that has off",
-              file=sys.stderr)
-        return 2
-    if args.ranks * args.cores > (os.cpu_count() or 1):
-        print(f"error: --ranks {args.ranks} x --cores {args.cores} needs "
-              f"{args.ranks * args.cores} CPUs; this machine has {os.cpu_count()}",
-              file=sys.stderr)
-        return 2
-    if args.namespaces and (args.tcp or args.link):
-        print("error: --namespaces gives each rank a link of its own: no --tcp or --link with "
-              "it", file=sys.stderr)
-        return 2
+def compare_modes(config: str, *, ranks: int, cores: int, steps: int, repeats: int,
+                  modes: str, tcp: bool, link: str | None, namespaces: str | None,
+                  work_dir: Path, out: Path) -> int:
+    """``dba3c bench real-ranks``: the runs of every mode in ``modes`` (comma-separated, off
+    among them), alternating, ``repeats`` times; their figures and each mode's overhead
+    against off written to ``out``."""
+    chosen = modes.split(",")
+    if "off" not in chosen or not set(chosen) <= set(MODES):
+        raise UserError(f"--modes {modes}: a list of {', '.join(MODES)} that has off")
+    if ranks * cores > (os.cpu_count() or 1):
+        raise UserError(f"--ranks {ranks} x --cores {cores} needs {ranks * cores} CPUs; this "
+                        f"machine has {os.cpu_count()}")
+    if namespaces and (tcp or link):
+        raise UserError("--namespaces gives each rank a link of its own: no --tcp or --link "
+                        "with it")
     with contextlib.ExitStack() as stack:
         nodes_args = None
-        if args.namespaces:
-            cluster = stack.enter_context(EmulatedCluster(args.ranks, args.namespaces))
+        if namespaces:
+            cluster = stack.enter_context(EmulatedCluster(ranks, namespaces))
             nodes_args = cluster.mpiexec_args()
-        if args.link:
-            rate_number = "".join(c for c in args.link if c.isdigit() or c == ".")
-            shape_loopback(f"{float(rate_number) * args.ranks:g}"
-                           f"{args.link[len(rate_number):]}")
+        if link:
+            rate_number = "".join(c for c in link if c.isdigit() or c == ".")
+            shape_loopback(f"{float(rate_number) * ranks:g}{link[len(rate_number):]}")
             stack.callback(shape_loopback, None)
         runs = []
-        for i in range(args.repeats):
-            for mode in modes:
-                run = run_once(args.config, args.ranks, args.cores, args.steps, mode,
-                               Path(args.work_dir) / f"{i}-{mode}",
-                               tcp=args.tcp or args.link is not None, nodes_args=nodes_args)
+        for i in range(repeats):
+            for mode in chosen:
+                run = run_once(config, ranks, cores, steps, mode, work_dir / f"{i}-{mode}",
+                               tcp=tcp or link is not None, nodes_args=nodes_args)
                 runs.append(run)
-                print(f"real_ranks: run {len(runs)}/{len(modes) * args.repeats}: overlap "
+                print(f"real_ranks: run {len(runs)}/{len(chosen) * repeats}: overlap "
                       f"{mode:4} {run['step_s']:.4f} s/step, "
                       f"{run['data_points_per_s']:.0f} data points/s, "
                       f"{run['cpu_s_per_step']:.3f} CPU s/step", file=sys.stderr, flush=True)
                 for line in run["overlap_choices"]:
                     print(f"real_ranks:   {line}", file=sys.stderr, flush=True)
-    steps = {mode: [r["step_s"] for r in runs if r["mode"] == mode] for mode in modes}
-    results = {"machine": machine_description(), "ranks": args.ranks, "cores": args.cores,
-               "config": args.config,
-               "link": (f"a namespace per rank, {args.namespaces} links" if args.namespaces
-                        else args.link or ("TCP" if args.tcp else "shared memory")),
-               "command": "python -m dba3c.benchmarks.real_ranks " + " ".join(
-                   argv if argv is not None else sys.argv[1:]),
-               "overhead": {mode: overhead(steps[mode], steps["off"])
-                            for mode in modes if mode != "off"}, "runs": runs}
-    write_results(results, Path(args.out))
-    for mode, cost in results["overhead"].items():
+    step_s = {mode: [r["step_s"] for r in runs if r["mode"] == mode] for mode in chosen}
+    command = (f"dba3c bench real-ranks --config {config} --ranks {ranks} --cores {cores} "
+               f"--steps {steps} --repeats {repeats} --modes {modes}"
+               + (" --tcp" if tcp else "") + (f" --link {link}" if link else "")
+               + (f" --namespaces {namespaces}" if namespaces else ""))
+    costs = {mode: overhead(step_s[mode], step_s["off"]) for mode in chosen if mode != "off"}
+    results = {"machine": machine_description(), "ranks": ranks, "cores": cores,
+               "config": config,
+               "link": (f"a namespace per rank, {namespaces} links" if namespaces
+                        else link or ("TCP" if tcp else "shared memory")),
+               "command": command, "overhead": costs, "runs": runs}
+    write_results(results, out)
+    for mode, cost in costs.items():
         print(f"real_ranks: overlap {mode} costs {100 * cost:+.1f}% a step "
-              f"({statistics.median(steps[mode]):.4f} s against "
-              f"{statistics.median(steps['off']):.4f} off)", file=sys.stderr)
-    print(f"real_ranks: {args.out}", file=sys.stderr)
+              f"({statistics.median(step_s[mode]):.4f} s against "
+              f"{statistics.median(step_s['off']):.4f} off)", file=sys.stderr)
+    print(f"real_ranks: {out}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,10 +1,10 @@
-"""What every ``dba3c bench`` mode records beside its figures, and where.
+"""What ``dba3c bench`` node, profile, long and scale record beside their figures, and where.
 
 - :func:`machine_description`: CPU model, logical cores and memory of this machine;
 - :func:`command_line`: the ``dba3c bench`` command that reproduces a measurement;
 - :class:`RssSampler`: peak RSS (VmHWM) of a process tree's MPI ranks;
 - :func:`record`: the results as JSON under ``bench/`` (:func:`write_results`, atomic) and,
-  when asked (``dba3c bench --log``), the Markdown page as a new log entry
+  when asked (``dba3c bench BENCH --log``), the Markdown page as a new log entry
   ``docs/log/<YYYY-MM-DD>-bench-<kind>.md`` (:func:`write_log`, never overwriting one). No
   bench edits a curated page (docs/benchmarks.md, "Measuring and recording").
 """
@@ -55,8 +55,9 @@ def machine_description() -> str:
 
 
 def command_line(options: str, config: str, overrides: list[str]) -> str:
-    """The ``dba3c bench`` command that reproduces a measurement: ``options`` (each with its
-    leading space), ``--config`` unless the default preset, and the overrides."""
+    """The ``dba3c bench`` command that reproduces a measurement: ``options`` (the bench and
+    its options, each with its leading space), ``--config`` unless the default preset, and the
+    overrides."""
     return ("dba3c bench" + options
             + (f" --config {config}" if config != "configs/breakout.yaml" else "")
             + "".join(f" {o}" for o in overrides))

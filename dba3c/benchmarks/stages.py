@@ -1,4 +1,4 @@
-"""``python -m dba3c.benchmarks.stages --config CONFIG``: what a staged gradient costs.
+"""``dba3c bench stages --config CONFIG``: what a staged gradient costs.
 
 :meth:`dba3c.learning.learner.Learner.staged_gradient` computes the gradient stage by stage (one
 stage
@@ -16,7 +16,6 @@ is called between them): its row gives both together.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -153,19 +152,3 @@ def stages_table(r: dict) -> str:
     lines += ["", f"Outside the stages (before stage 0, after bucket 0): "
                   f"{1 - accounted:.3f} of the step."]
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Measure and print the table."""
-    p = argparse.ArgumentParser(prog="python -m dba3c.benchmarks.stages",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", required=True, help="a YAML preset")
-    p.add_argument("--calls", type=int, default=20, help="timed calls of each kind")
-    p.add_argument("overrides", nargs="*", help="KEY=VALUE config overrides")
-    args = p.parse_args(argv)
-    print(stages_table(measure(args.config, args.overrides, args.calls)))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

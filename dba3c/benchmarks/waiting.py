@@ -1,4 +1,4 @@
-"""``python -m dba3c.benchmarks.waiting``: what waiting in a collective costs, polled or blocked.
+"""``dba3c bench waiting``: what waiting in a collective costs, polled or blocked.
 
 Collective aggregation waits in a reduce-scatter and an allgather every step. A rank can poll
 the nonblocking request (``wait_until``: ``MPI_Test``, then a sleep doubling up to a cap:
@@ -30,7 +30,6 @@ included) over what the link carries in step_ms, 1.0 when the link never idles.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -51,6 +50,7 @@ from dba3c.distributed.transport.waiting import (
     precise_sleeps,
     wait_until,
 )
+from dba3c.errors import UserError
 from dba3c.launchers.local import find_mpiexec, launch_environment
 from dba3c.learning.params import ShardPlan
 
@@ -134,12 +134,12 @@ def link_share(ranks: int, num_params: int, step_ms: float, link_mbit: float) ->
 
 def run_point(ranks: int, strategy: str, num_params: int, rounds: int, late_ms: float,
               slack_ns: int = TIMER_SLACK_NS, algorithm: str = "mpi") -> dict:
-    """One point: ``mpiexec -n RANKS`` of this module (with ``DBA3C_MPIEXEC_ARGS`` as
-    ``dba3c launch`` takes them, e.g. the emulated cluster's hosts); the figures rank 0
-    printed."""
+    """One point: ``mpiexec -n RANKS`` of ``dba3c bench waiting --rank-of-point`` (with
+    ``DBA3C_MPIEXEC_ARGS`` as ``dba3c launch`` takes them, e.g. the emulated cluster's
+    hosts); the figures rank 0 printed."""
     extra = shlex.split(os.environ.get("DBA3C_MPIEXEC_ARGS", ""))
-    cmd = [find_mpiexec(), *extra, "-n", str(ranks), sys.executable, "-m",
-           "dba3c.benchmarks.waiting", "--rank-of-point", strategy, "--params",
+    cmd = [find_mpiexec(), *extra, "-n", str(ranks), sys.executable, "-m", "dba3c", "bench",
+           "waiting", "--rank-of-point", strategy, "--params",
            str(num_params), "--rounds", str(rounds), "--late-ms", str(late_ms),
            "--timer-slack-ns", str(slack_ns), "--algorithm", algorithm]
     env = launch_environment()  # as `dba3c launch` starts its ranks
@@ -165,50 +165,39 @@ def waiting_table(points: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Measure every point of ``--ranks`` x ``--strategies``; print the table and the
-    points."""
-    p = argparse.ArgumentParser(prog="python -m dba3c.benchmarks.waiting",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--ranks", default="2,4,8", help="comma-separated numbers of ranks")
-    p.add_argument("--strategies", default=",".join(STRATEGIES),
-                   help="comma-separated poll-<N>us (sleeps of at most N us) or block")
-    p.add_argument("--params", type=int, default=PAPER_PARAMS, help="float32 per vector")
-    p.add_argument("--rounds", type=int, default=50, help="collectives per measurement")
-    p.add_argument("--late-ms", type=float, default=20.0, help="rank 0's delay per round")
-    p.add_argument("--timer-slack-ns", type=int, default=TIMER_SLACK_NS,
-                   help="the ranks' timer slack (Linux's default: 50000)")
-    p.add_argument("--algorithm", choices=COLLECTIVE_ALGORITHMS, default="mpi",
-                   help="the collectives' rounds, as dist.collective_algorithm")
-    p.add_argument("--link-mbit", type=float, default=0.0,
-                   help="the emulated links' rate, Mbit/s: each point's link share")
-    p.add_argument("--rank-of-point", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.rank_of_point:  # one rank under mpiexec
-        point = measure(args.rank_of_point, args.params, args.rounds, args.late_ms / 1000,
-                        args.timer_slack_ns, args.algorithm)
-        if point is not None:
-            print(json.dumps(point), flush=True)
-        return 0
-    strategies = args.strategies.split(",")
-    for strategy in strategies:
-        try:
-            wait_policy(strategy)
-        except ValueError as e:
-            p.error(str(e))
-    points = []
-    for ranks in (int(x) for x in args.ranks.split(",")):
-        for strategy in strategies:
-            point = run_point(ranks, strategy, args.params, args.rounds, args.late_ms,
-                              args.timer_slack_ns, args.algorithm)
-            if args.link_mbit:
-                point.update(link_mbit=args.link_mbit, link_share=round(link_share(
-                    ranks, args.params, point["step_ms"], args.link_mbit), 3))
-            points.append(point)
-            print(json.dumps(points[-1]), file=sys.stderr, flush=True)
-    print(waiting_table(points))
+def rank_of_point(strategy: str, num_params: int, rounds: int, late_ms: float, slack_ns: int,
+                  algorithm: str) -> int:
+    """One rank of a point under mpiexec (:func:`run_point`); rank 0 prints the point."""
+    point = measure(strategy, num_params, rounds, late_ms / 1000, slack_ns, algorithm)
+    if point is not None:
+        print(json.dumps(point), flush=True)
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def waiting_command(ranks: tuple[int, ...], strategies: str | None, num_params: int | None,
+                    rounds: int, late_ms: float, slack_ns: int | None, algorithm: str,
+                    link_mbit: float) -> int:
+    """``dba3c bench waiting``: measure every point of ``ranks`` x ``strategies``
+    (comma-separated; None: :data:`STRATEGIES`) on vectors of ``num_params`` (None:
+    :data:`PAPER_PARAMS`); print the points, then the table."""
+    chosen = strategies.split(",") if strategies else list(STRATEGIES)
+    for strategy in chosen:
+        try:
+            wait_policy(strategy)
+        except ValueError as e:
+            raise UserError(f"--strategies {strategies}: {e}") from None
+    if algorithm not in COLLECTIVE_ALGORITHMS:
+        raise UserError(f"--algorithm {algorithm}: one of {', '.join(COLLECTIVE_ALGORITHMS)}")
+    num_params = PAPER_PARAMS if num_params is None else num_params
+    slack_ns = TIMER_SLACK_NS if slack_ns is None else slack_ns
+    points = []
+    for w in ranks:
+        for strategy in chosen:
+            point = run_point(w, strategy, num_params, rounds, late_ms, slack_ns, algorithm)
+            if link_mbit:
+                point.update(link_mbit=link_mbit, link_share=round(link_share(
+                    w, num_params, point["step_ms"], link_mbit), 3))
+            points.append(point)
+            print(json.dumps(point), file=sys.stderr, flush=True)
+    print(waiting_table(points))
+    return 0

@@ -2,7 +2,7 @@
 
 A loop calls :meth:`Laps.lap` after each of its stages; the time since the previous lap (or
 since :meth:`Laps.start`) goes to that stage's name. One ``Laps`` per thread: the actor and
-the trainer of a worker each keep theirs (``dba3c bench --profile`` reads them; a lap costs
+the trainer of a worker each keep theirs (``dba3c bench profile`` reads them; a lap costs
 one clock read and one dict update, well under a microsecond).
 """
 

@@ -537,22 +537,22 @@ def remove_stale_temporaries(directory: Path, name_glob: str) -> None:
         stale.unlink(missing_ok=True)
 
 
-# what every point of dba3c bench --scale's scale.json has, measured or failed (a measured one
+# what every point of dba3c bench scale's scale.json has, measured or failed (a measured one
 # has step_ms etc.)
 SCALE_POINT_KEYS = frozenset({"workers", "ps", "hidden", "replicas", "slow_workers",
                               "slow_factor", "link_gbit", "time_scale"})
 
 
 def read_scale_results(path: Path) -> dict:
-    """The results ``dba3c bench --scale`` wrote to ``path`` (JSON with measured points);
+    """The results ``dba3c bench scale`` wrote to ``path`` (JSON with measured points);
     ValueError naming the file unless it holds them."""
     try:
         results = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not readable as dba3c bench --scale results: {e}") from None
+        raise ValueError(f"{path}: not readable as dba3c bench scale results: {e}") from None
     if not isinstance(results, dict) or not isinstance(results.get("points"), list) or any(
             not isinstance(p, dict) or not SCALE_POINT_KEYS <= p.keys() for p in
             results["points"]):
-        raise ValueError(f"{path}: not dba3c bench --scale results (expected an object whose "
+        raise ValueError(f"{path}: not dba3c bench scale results (expected an object whose "
                          f"'points' each have {', '.join(sorted(SCALE_POINT_KEYS))})")
     return results

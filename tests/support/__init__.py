@@ -1,7 +1,7 @@
 """Shared test helpers: run the real ``dba3c`` command line in a subprocess, read a run's
 files, compare arrays, build configs. The modules beside this one hold the helpers of one
 kind each: ``world`` (ranks as threads on the in-process transport), ``jobs`` (real jobs and
-their processes), ``slurm`` (a local Slurm), ``scale`` (points of ``dba3c bench --scale``),
+their processes), ``slurm`` (a local Slurm), ``scale`` (points of ``dba3c bench scale``),
 ``adam`` (the update-rule tests' hyperparameters and gradients), ``rundirs`` (run
 directories written by hand for the analysis), ``preflight`` (a rank's preflight report made
 by hand). No test file imports another; what two of them share lives here."""

@@ -1,4 +1,4 @@
-"""Points of ``dba3c bench --scale`` and the network they model."""
+"""Points of ``dba3c bench scale`` and the network they model."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A command's whole process tree ended on a deadline or a signal (``dba3c bench --scale``'s
+"""A command's whole process tree ended on a deadline or a signal (``dba3c bench scale``'s
 points), with real processes: a shell and its background children."""
 
 from __future__ import annotations

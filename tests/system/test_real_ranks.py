@@ -1,4 +1,4 @@
-"""``python -m dba3c.benchmarks.real_ranks --namespaces``: real TensorFlow ranks, each on an
+"""``dba3c bench real-ranks --namespaces``: real TensorFlow ranks, each on an
 emulated node of its own (root and network namespaces, as the tests run) and each bound to
 cores of its own, their results written."""
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.namespaces
 def test_each_rank_runs_on_its_own_emulated_node_and_cores(tmp_path):
     out = tmp_path / "real_ranks.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "dba3c.benchmarks.real_ranks", "--ranks", "2", "--cores", "1",
+        [sys.executable, "-m", "dba3c", "bench", "real-ranks", "--ranks", "2", "--cores", "1",
          "--steps", "10", "--repeats", "1", "--modes", "off", "--namespaces", "1gbit",
          "--work-dir", str(tmp_path / "runs"), "--out", str(out)],
         capture_output=True, text=True, timeout=600, check=False)

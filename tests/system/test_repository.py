@@ -150,6 +150,7 @@ def test_no_two_tests_share_a_name():
 
 
 def test_every_launch_recipe_runs_real_commands_and_every_figure_has_one():
+    from dba3c.benchmarks.commands import BENCHES
     from dba3c.cli import COMMANDS
 
     recipes = sorted((ROOT / "launch").glob("*.sh"))
@@ -161,6 +162,8 @@ def test_every_launch_recipe_runs_real_commands_and_every_figure_has_one():
         for command in re.findall(r"^\s*dba3c (\S+)", text[path.name], re.M):
             # `dba3c submit` goes to the submitit launcher before the parser
             assert command in {*COMMANDS, "submit"}, f"{path.name}: no `dba3c {command}`"
+        for bench in re.findall(r"^\s*dba3c bench (\S+)", text[path.name], re.M):
+            assert bench in BENCHES, f"{path.name}: no `dba3c bench {bench}`"
         for preset in re.findall(r"\bconfigs/[\w.-]+\.yaml", text[path.name]):
             assert (ROOT / preset).exists(), f"{path.name}: {preset} does not exist"
     for figure in sorted(p for p in (ROOT / "docs/figures").iterdir() if p.is_dir()):

@@ -1,4 +1,4 @@
-"""``dba3c bench --scale``'s driver (``dba3c.benchmarks.scale.cluster``) with real processes:
+"""``dba3c bench scale``'s driver (``dba3c.benchmarks.scale.cluster``) with real processes:
 the options it refuses, real (small) synthetic runs whose step time must follow the compute
 time and the stragglers, a point's time limit and an interrupt that end its process tree,
 and the emulated cluster's root check."""
@@ -51,13 +51,14 @@ def test_a_small_run_steps_no_faster_than_its_slowest_worker(point, floor):
 
 
 def test_bad_scale_options_are_refused():
-    for args, expected in [(["--scale", "--long", "5"], "--scale and --long"),
-                           (["--scale", "--compute-ms", "0"], "--compute-ms 0 must be"),
-                           (["--scale", "--time-scale", "0.5"], "--time-scale 0.5 must be"),
-                           (["--scale", "--point-timeout", "0"], "--point-timeout 0 must be a "
-                                                                 "positive number of seconds"),
-                           (["--scale", "--point-timeout", "nan"], "--point-timeout nan must"),
-                           (["--point-timeout", "5"], "--point-timeout is a --scale option")]:
+    for args, expected in [(["scale", "--seconds", "5"], "unrecognized arguments: --seconds"),
+                           (["scale", "--compute-ms", "0"], "--compute-ms 0 must be"),
+                           (["scale", "--time-scale", "0.5"], "--time-scale 0.5 must be"),
+                           (["scale", "--point-timeout", "0"], "--point-timeout 0 must be a "
+                                                               "positive number of seconds"),
+                           (["scale", "--point-timeout", "nan"], "--point-timeout nan must"),
+                           (["node", "--point-timeout", "5"],
+                            "unrecognized arguments: --point-timeout")]:
         proc = dba3c("bench", *args, check=False, timeout=60)
         assert proc.returncode == 2 and proc.stderr.startswith("error: ") and \
             expected in proc.stderr, proc.stderr
@@ -139,7 +140,7 @@ def test_an_interrupt_ends_the_running_point_and_keeps_the_points_so_far(tmp_pat
     monkeypatch.setattr(scale, "require_emulation", lambda: None)
     before = signal.getsignal(signal.SIGTERM)
     log_dir = tmp_path / "log"
-    rc = main(["bench", "--scale", "--quick", "--out", str(tmp_path / "b" / "results.json"),
+    rc = main(["bench", "scale", "--quick", "--out", str(tmp_path / "b" / "scale.json"),
                "--log", "--log-dir", str(log_dir)])
     err = capsys.readouterr().err
     partial = tmp_path / "b" / "scale.partial.json"

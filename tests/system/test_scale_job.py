@@ -1,4 +1,4 @@
-"""Many ``dba3c bench --scale`` points in one MPI job: the rank program
+"""Many ``dba3c bench scale`` points in one MPI job: the rank program
 (``dba3c.benchmarks.scale.job``) and its memory release, and the driver's failure records,
 relaunches and interrupts."""
 

@@ -1,4 +1,4 @@
-"""``dba3c bench --scale``: the distributed layer at scale, on the emulated cluster.
+"""``dba3c bench scale``: the distributed layer at scale, on the emulated cluster.
 
   grid.py     ScalePoint and the points measured: the ps and collective grids,
               Selection and select_points (--workers, --ps, --links, --hidden),

@@ -1,4 +1,4 @@
-"""``dba3c bench --scale``'s driver: the grid's points run on the emulated cluster.
+"""``dba3c bench scale``'s driver: the grid's points run on the emulated cluster.
 
 Every grid point is a run of synthetic workers (no TensorFlow, see
 ``dba3c/distributed/synthetic.py``) on
@@ -471,13 +471,13 @@ def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float 
                               compute_ms / 1000, grid_net(config, overrides, grid, buckets_of))
     plans = [PointPlan(p, s, *steps_for(p, quick)) for p, s in zip(grid, scales, strict=True)]
     first_rate = link_rate(grid[0].link_gbit, plans[0].time_scale)
-    progress(f"bench --scale: starting the emulated cluster ({nodes} nodes, links "
+    progress(f"bench scale: starting the emulated cluster ({nodes} nodes, links "
              f"{first_rate}); T_c = {compute_ms:.1f} ms ({results['compute_ms_source']})")
     with Interrupt() as interrupt, EmulatedCluster(nodes, first_rate) as emulated:
         interrupt.check()
         mpiexec_args = emulated.mpiexec_args()
         results["host_bytes_per_s"] = host = emulated.host_bytes_per_s()
-        progress(f"bench --scale: MPI over unshaped links moves {host / 1e6:.0f} MB/s on this "
+        progress(f"bench scale: MPI over unshaped links moves {host / 1e6:.0f} MB/s on this "
                  f"host (in the model: a second limit on the transfers, / s)")
 
         def record(plan: PointPlan, r: dict) -> None:
@@ -490,7 +490,7 @@ def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float 
                 done = (f"step {r['step_ms']:.1f} ms (model {r['model_step_ms']:.1f}, with "
                         f"the host {r['emulated_model_step_ms']:.1f}), E "
                         f"{r['efficiency']:.2f}, CPU {cpu}")
-            progress(f"bench --scale {len(results['points'])}/{len(grid)} "
+            progress(f"bench scale {len(results['points'])}/{len(grid)} "
                      f"[{time.monotonic() - t0:.0f} s] {point_label(plan.point)}, "
                      f"s={plan.time_scale:g} ({emulated.rate}): {done}")
 

@@ -1,4 +1,4 @@
-"""The points ``dba3c bench --scale`` measures: :class:`ScalePoint`, the ``ps`` and
+"""The points ``dba3c bench scale`` measures: :class:`ScalePoint`, the ``ps`` and
 ``collective`` grids, the options that select points of them, each point's steps and the
 time scale s it runs at (:func:`grid_time_scales`, which asks the analytic model of
 :mod:`dba3c.benchmarks.scale.model` how fast each point steps)."""

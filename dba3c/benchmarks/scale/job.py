@@ -1,6 +1,6 @@
 """Many runs in one MPI job: ``python -m dba3c.benchmarks.scale.job JOB.json`` on every rank.
 
-``dba3c bench --scale`` measures dozens of short synthetic runs; started one ``mpiexec`` each,
+``dba3c bench scale`` measures dozens of short synthetic runs; started one ``mpiexec`` each,
 a 64-worker run spends 40-190 s starting (hydra, imports, a simulator, TCP connections). Here
 one job of as many ranks as its largest run plays them in turn, paying that once:
 

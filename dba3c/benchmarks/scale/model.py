@@ -1,4 +1,4 @@
-"""The analytic step time of ``dba3c bench --scale``'s points, a pure function of the point
+"""The analytic step time of ``dba3c bench scale``'s points, a pure function of the point
 (docs/benchmarks.md, "Analytic model of the synchronous step time").
 
 Notation (times in seconds of the real, unscaled cluster; a step is global step t to t + 1):

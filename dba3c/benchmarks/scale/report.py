@@ -1,4 +1,4 @@
-"""``dba3c bench --scale``'s command and report: run the grid
+"""``dba3c bench scale``'s command and report: run the grid
 (:func:`~dba3c.benchmarks.scale.cluster.run_scale`), keep the points so far while it runs,
 write ``bench/scale.json`` and, with ``--log``, the Markdown table as a new log entry
 (:func:`dba3c.benchmarks.record.record`)."""
@@ -11,8 +11,6 @@ from dba3c.benchmarks.record import command_line, record, write_results
 from dba3c.benchmarks.scale.cluster import POINT_TIMEOUT_S, run_scale
 from dba3c.benchmarks.scale.grid import EVERY_POINT, Selection
 from dba3c.errors import Interrupted
-
-SCALE_JSON = "scale.json"  # dba3c bench --scale's results, beside bench/results.json
 
 
 def scale_table(r: dict, command: str) -> str:
@@ -38,7 +36,7 @@ def scale_table(r: dict, command: str) -> str:
         rows.append(f"{head} {p['step_ms']:.1f} | {models} | {p['efficiency']:.2f} | "
                     f"{p['data_points_per_s']:.0f} | {cpu} | {rss:.0f} |")
     return "\n".join([
-        (f"# `dba3c bench --scale{' --quick' if r['quick'] else ''}"
+        (f"# `dba3c bench scale{' --quick' if r['quick'] else ''}"
          f"{' --aggregation collective' if r.get('aggregation') == 'collective' else ''}` "
          f"on {r['date']} "
          f"(emulated cluster)"), "",
@@ -84,7 +82,7 @@ def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: fl
         where = partial_json if kept else "nowhere (none was measured)"
         raise Interrupted(e.signum, f"{len(kept)} points measured kept in {where}") from None
     partial_json.unlink(missing_ok=True)
-    options = (" --scale" + (" --quick" if quick else "")
+    options = (" scale" + (" --quick" if quick else "")
                + (f" --compute-ms {compute_ms:g}" if compute_ms else "")
                + f" --time-scale {time_scale:g}"
                + (" --aggregation collective" if aggregation == "collective" else "")

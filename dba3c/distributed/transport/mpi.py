@@ -116,7 +116,7 @@ class MpiTransport:
         :class:`TransportView`, should poll rarely). A synchronous send completes
         only when its receiver has matched it, so a rank leaves with nothing in flight, and
         only over connections the run already made (rank 0 talks to every rank). MPI's
-        Ibarrier, over TCP between 68 emulated nodes (``dba3c bench --scale``, 64 workers),
+        Ibarrier, over TCP between 68 emulated nodes (``dba3c bench scale``, 64 workers),
         took 30-60 s where it connected ranks that had never talked, and in 2 of 3 runs left
         8-12 ranks waiting for good after the others had exited."""
         self.cancel_receives()
@@ -137,7 +137,7 @@ class MpiTransport:
 
 class TransportView:
     """The first ``size`` ranks of a world as a world of their own, for run number ``run`` of
-    a sequence in one MPI job (``dba3c bench --scale``): no new communicator (MPI's
+    a sequence in one MPI job (``dba3c bench scale``): no new communicator (MPI's
     collectives between ranks that never talked took 30-60 s on the emulated cluster, see
     :meth:`MpiTransport.barrier`). Messages go point to point through the world with the tags
     moved by ``TAGS_PER_RUN`` x ``run`` (modulo ``RUN_TAG_CYCLE``), so a message an earlier run

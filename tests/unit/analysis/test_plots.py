@@ -315,7 +315,7 @@ def test_draw_figure_rejects_unknown_name():
 
 
 def scale_point(workers, ps, *, link=10, hidden=128, replicas=0, slow=0, step_ms=20.0):
-    """A measured point of dba3c bench --scale (T_c 10 ms, batch 32, model 10% faster)."""
+    """A measured point of dba3c bench scale (T_c 10 ms, batch 32, model 10% faster)."""
     return {"workers": workers, "ps": ps, "hidden": hidden, "replicas": replicas,
             "slow_workers": slow, "slow_factor": 2.0, "link_gbit": link,
             "time_scale": 10 if link == 10 else 50, "step_ms": step_ms,
@@ -396,9 +396,9 @@ def test_several_scale_results_are_drawn_together_both_modes_in_one_efficiency_f
 
 
 def test_a_json_file_that_is_not_scale_results_is_refused(tmp_path):
-    for text, why in (("[1, 2]", "not dba3c bench --scale results"),
+    for text, why in (("[1, 2]", "not dba3c bench scale results"),
                       ('{"points": [{"workers": 1}]}', "'points' each have hidden, link_gbit"),
-                      ("{", "not readable as dba3c bench --scale results")):
+                      ("{", "not readable as dba3c bench scale results")):
         path = tmp_path / "bad.json"
         path.write_text(text)
         with pytest.raises(ValueError, match=f"^{path}: .*{why}"):

@@ -1,5 +1,5 @@
 """The one-node benchmark's arithmetic and tables (dba3c.benchmarks.node), and ``dba3c bench
---log``'s node entry (the timings themselves are recorded by ``make bench``, never
+node --log``'s entry (the timings themselves are recorded by ``make bench``, never
 asserted)."""
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def _bench_results() -> dict:
 
 
 def test_markdown_table_shows_every_measure():
-    text = markdown_table(_bench_results(), "dba3c bench --quick")
+    text = markdown_table(_bench_results(), "dba3c bench node --quick")
     for fragment in ["9000 env steps/s", "312 data points/s together", "| 0.96 |",
                      "(emulation and network share the cores) | 302 data points/s |",
                      "against the combined ceiling | 0.99 |",
@@ -90,7 +90,7 @@ def test_markdown_table_names_the_runs_behind_the_median_overhead():
                                 "overheads": sandwiched_overheads([100.0, 98.0, 96.0, 94.0],
                                                                   [97.0, 91.0, 93.0])}
     results["distributed_overhead"] = 0.02
-    text = markdown_table(results, "dba3c bench")
+    text = markdown_table(results, "dba3c bench node")
     assert ("(overhead 2%, median of 3 runs each between two single-process runs: "
             "2%, 6%, 2%)") in text
 
@@ -107,8 +107,9 @@ def test_long_table_reports_growth_per_rank_and_disk_rate():
               "peak_rss_mb_final": {"rank0": 880.0, "rank1": 500.0},
               "rss_growth": {"rank0": 0.1, "rank1": 0.0},
               "checkpoint_bytes": 3 * 2**20, "log_bytes_per_1000_steps": 200 * 1024}
-    text = long_table(result, "dba3c bench --long 1800")
-    for fragment in ["`dba3c bench --long 1800` (1 worker + 1 PS, 22,600 steps in 1800 s)",
+    text = long_table(result, "dba3c bench long --seconds 1800")
+    for fragment in ["`dba3c bench long --seconds 1800` (1 worker + 1 PS, 22,600 steps in "
+                     "1800 s)",
                      "| rank0 | 800 | 880 | +10.0% |", "| rank1 | 500 | 500 | +0.0% |",
                      "checkpoints hold 3.0 MiB", "grows by 200 KiB per 1000 steps"]:
         assert fragment in text, fragment
@@ -133,7 +134,7 @@ def test_profile_table_lists_each_thread_s_sections():
               "cores_used": 1.6, "data_points_per_cpu_s": 1000.0,
               "actor": [("predict", 3.25, 0.65), ("unaccounted", 0.1, 0.02)],
               "trainer": [("gradient", 12.5, 0.625)]}
-    text = profile_table(result, "dba3c bench --profile --config configs/pong_small.yaml")
+    text = profile_table(result, "dba3c bench profile --config configs/pong_small.yaml")
     for fragment in ["1600 data points/s over 40 s after 10 s of warm-up (1000 per CPU-second; "
                      "the process used 1.60 cores)",
                      "2000 trainer steps, 8000 actor iterations of 8 states",
@@ -145,7 +146,7 @@ def test_profile_table_lists_each_thread_s_sections():
 
 def test_bench_log_writes_a_node_entry_and_never_edits_a_curated_page(tmp_path, monkeypatch,
                                                                       capsys):
-    # a repository root of its own: dba3c bench --log's default directory is docs/log there
+    # a repository root of its own: dba3c bench node --log's default directory is docs/log there
     from dba3c.benchmarks import node
     from dba3c.cli import main
 
@@ -154,7 +155,7 @@ def test_bench_log_writes_a_node_entry_and_never_edits_a_curated_page(tmp_path, 
     curated.parent.mkdir()
     curated.write_bytes(b"# Benchmarks\n\nHand-written figures.\n")
     monkeypatch.setattr(node, "run_bench", lambda config, overrides, quick: _bench_results())
-    argv = ["bench", "--quick", "--config", str(ROOT / "configs/breakout.yaml")]
+    argv = ["bench", "node", "--quick", "--config", str(ROOT / "configs/breakout.yaml")]
     assert main(argv) == 0  # without --log: the JSON only
     out, err = capsys.readouterr()
     assert err == "bench: results in bench/results.json\n" and "| 0.96 |" in out
@@ -165,8 +166,8 @@ def test_bench_log_writes_a_node_entry_and_never_edits_a_curated_page(tmp_path, 
         out, err = capsys.readouterr()
         assert err == f"bench: results in bench/results.json; log entry docs/log/{expected}\n"
         assert (tmp_path / "docs" / "log" / expected).read_text() == out
-        assert out.startswith("# `dba3c bench --quick` on 2026-11-22\n\nCommand: `dba3c bench "
-                              "--quick --config ")
+        assert out.startswith("# `dba3c bench node --quick` on 2026-11-22\n\nCommand: `dba3c "
+                              "bench node --quick --config ")
     assert curated.read_bytes() == b"# Benchmarks\n\nHand-written figures.\n"
     assert main([*argv, "--log-dir", "elsewhere"]) == 2
     assert capsys.readouterr().err == "error: --log-dir is a --log option (give --log)\n"

@@ -27,9 +27,10 @@ def test_cpu_description_names_the_first_cpu_and_its_widest_vector_instructions(
 
 
 def test_command_line_names_the_config_only_when_it_is_not_the_default():
-    assert command_line(" --quick", "configs/breakout.yaml", []) == "dba3c bench --quick"
-    assert command_line(" --profile", "configs/pong_small.yaml", ["train.lr=1e-3"]) == \
-        "dba3c bench --profile --config configs/pong_small.yaml train.lr=1e-3"
+    assert command_line(" node --quick", "configs/breakout.yaml", []) == \
+        "dba3c bench node --quick"
+    assert command_line(" profile", "configs/pong_small.yaml", ["train.lr=1e-3"]) == \
+        "dba3c bench profile --config configs/pong_small.yaml train.lr=1e-3"
 
 
 def test_a_log_entry_is_never_overwritten(tmp_path):

@@ -1,6 +1,6 @@
-"""``dba3c bench --scale``'s driver (``dba3c.benchmarks.scale.cluster``), in-process: the
-arithmetic of its measurements, the options it refuses, and its grouping of points into
-jobs and its failure records."""
+"""``dba3c bench scale``'s driver (``dba3c.benchmarks.scale.cluster``), in-process: the
+arithmetic of its measurements, the options it refuses (and the other benches refuse), and
+its grouping of points into jobs and its failure records."""
 
 from __future__ import annotations
 
@@ -26,18 +26,19 @@ from tests.support.scale import plan
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--scale", "--workers", "4,x"], "argument --workers: '4,x' is not a comma-separated "
-                                      "list of positive counts (e.g. 32,64)"),
-    (["--scale", "--ps", "0"], "argument --ps: '0' is not a comma-separated "
-                               "list of positive counts (e.g. 32,64)"),
-    (["--workers", "64"], "--workers is a --scale option (give --scale)"),
-    (["--ps", "4"], "--ps is a --scale option (give --scale)"),
-    (["--links", "10"], "--links is a --scale option (give --scale)"),
-    (["--hidden", "128"], "--hidden is a --scale option (give --scale)"),
-    (["--scale", "--quick", "--workers", "64"], "--workers 64: the grid has no such point "
-                                                "(its values: 1,4,16)"),
-    (["--scale", "--quick", "--hidden", "64"], "--hidden 64: the grid has no such point "
-                                               "(its values: 32,128,512)"),
+    (["scale", "--workers", "4,x"], "argument --workers: '4,x' is not a comma-separated "
+                                    "list of positive counts (e.g. 32,64)"),
+    (["scale", "--ps", "0"], "argument --ps: '0' is not a comma-separated "
+                             "list of positive counts (e.g. 32,64)"),
+    # the grid's filters are scale's alone
+    (["node", "--workers", "64"], "unrecognized arguments: --workers"),
+    (["profile", "--ps", "4"], "unrecognized arguments: --ps"),
+    (["long", "--links", "10"], "unrecognized arguments: --links"),
+    (["node", "--hidden", "128"], "unrecognized arguments: --hidden"),
+    (["scale", "--quick", "--workers", "64"], "--workers 64: the grid has no such point "
+                                              "(its values: 1,4,16)"),
+    (["scale", "--quick", "--hidden", "64"], "--hidden 64: the grid has no such point "
+                                             "(its values: 32,128,512)"),
 ])
 def test_bench_point_filters_refuse_bad_counts_before_any_work(argv, message, tmp_path, capsys):
     from dba3c.cli import main
@@ -56,7 +57,7 @@ def test_bench_scale_refuses_without_root_and_writes_nothing(tmp_path, monkeypat
 
     monkeypatch.setattr(emulated.os, "geteuid", lambda: 1000)
     log_dir = tmp_path / "log"
-    rc = main(["bench", "--scale", "--quick", "--out", str(tmp_path / "bench" / "results.json"),
+    rc = main(["bench", "scale", "--quick", "--out", str(tmp_path / "bench" / "results.json"),
                "--log", "--log-dir", str(log_dir)])
     err = capsys.readouterr().err
     assert rc == 2 and err == ("error: the emulated cluster cannot start here: uid 1000 is not "

@@ -1,4 +1,4 @@
-"""The grids of ``dba3c bench --scale`` (``dba3c.benchmarks.scale.grid``): the points, the
+"""The grids of ``dba3c bench scale`` (``dba3c.benchmarks.scale.grid``): the points, the
 options that select them, each point's steps and time scale."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The lines a ``dba3c bench --scale`` job's rank 0 prints (``dba3c.benchmarks.scale.job``)."""
+"""The lines a ``dba3c bench scale`` job's rank 0 prints (``dba3c.benchmarks.scale.job``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The analytic model of ``dba3c bench --scale`` (``dba3c.benchmarks.scale.model``): step
+"""The analytic model of ``dba3c bench scale`` (``dba3c.benchmarks.scale.model``): step
 times of the ps and collective aggregations by hand, the buckets of a network, and the
 overlapped step's timeline."""
 

@@ -1,10 +1,11 @@
-"""``dba3c bench --scale``'s report (``dba3c.benchmarks.scale.report``): the Markdown table,
+"""``dba3c bench scale``'s report (``dba3c.benchmarks.scale.report``): the Markdown table,
 the command's JSON and log entry, and what the command line says it wrote."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
@@ -30,18 +31,18 @@ def scale_results() -> dict:
 def test_table_lists_every_point_with_its_settings():
     r = scale_results()
     point = r["points"][0]
-    table = scale_table(r, "dba3c bench --scale --quick")
+    table = scale_table(r, "dba3c bench scale --quick")
     assert ("| 10 | 10 | 16 | 4 | 128 | 15/16 | 1 x2 | 20.5 | 18.4 (-10%) | 22.6 (+10%) | "
             "0.65 | 23415 | 40% | 110 |") in table
     assert "this host's TCP stack at 1200 MB/s" in table
     assert "| 100 | 50 | 64 | 8 | 128 | all | none | failed |" in table
     assert "EMULATED: synthetic-compute ranks, T_c = 12.8 ms (assumed); emulated links" in table
     assert "Collectives:" not in table
-    collective = scale_table({**r, "aggregation": "collective"}, "dba3c bench --scale")
+    collective = scale_table({**r, "aggregation": "collective"}, "dba3c bench scale")
     assert "in the steady window. Collectives: dist.collective_algorithm=recursive." in collective
     overlapped = {**point, "ps": 0, "aggregation": "collective", "overlap": True}
     assert "| 10 | 10 | 16 | coll. overlapped | 128 |" in scale_table(
-        {**r, "aggregation": "collective", "points": [overlapped]}, "dba3c bench --scale")
+        {**r, "aggregation": "collective", "points": [overlapped]}, "dba3c bench scale")
 
 
 def test_scale_command_writes_every_point_to_json_and_logs_the_table(tmp_path, monkeypatch):
@@ -107,8 +108,8 @@ def test_scale_command_writes_every_point_to_json_and_logs_the_table(tmp_path, m
     assert results["compute_ms"] == pytest.approx(77 * 2 / 12) and results["time_scale"] == 10
     assert "assumed" in results["compute_ms_source"]
     assert log is not None and log == tmp_path / "log" / f"{results['date']}-bench-scale.md"
-    assert log.read_text() == table and table.startswith("# `dba3c bench --scale --quick` on ")
-    assert "Command: `dba3c bench --scale --quick --time-scale 10`" in table
+    assert log.read_text() == table and table.startswith("# `dba3c bench scale --quick` on ")
+    assert "Command: `dba3c bench scale --quick --time-scale 10`" in table
     # W = 16 runs at s = 30: its FC 512 point moves 2.1 budgets of the host at s = 10
     assert table.count("\n| 10 | 30 | 16 | 4 |") == 6  # FC 128, 32, 512, and 3 backup rows
     assert "| 100 | 50 | 16 | 4 | 128 | all | none | failed |" in table
@@ -142,24 +143,24 @@ def test_bench_scale_says_where_it_wrote(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(report, "scale_command", fake_scale_command)
     log_dir = tmp_path / "log"
-    rc = main(["bench", "--scale", "--quick", "--out", str(tmp_path / "b" / "x.json"),
+    rc = main(["bench", "scale", "--quick", "--out", str(tmp_path / "b" / "x.json"),
                "--log", "--log-dir", str(log_dir)])
     out, err = capsys.readouterr()
-    # --scale writes scale.json in --out's directory, whatever --out's file name is
-    assert rc == 0 and written == [(tmp_path / "b" / "scale.json", log_dir)], written
+    assert rc == 0 and written == [(tmp_path / "b" / "x.json", log_dir)], written
     assert out == "| table |\n"
-    assert err == f"bench: results in {tmp_path / 'b' / 'scale.json'}; log entry " \
+    assert err == f"bench: results in {tmp_path / 'b' / 'x.json'}; log entry " \
                   f"{log_dir / 'entry.md'}\n", err
-    # without --log: the JSON only
-    rc = main(["bench", "--scale", "--quick", "--out", str(tmp_path / "b" / "x.json")])
+    # without --log: the JSON only; by default bench/scale.json
+    monkeypatch.chdir(tmp_path)
+    rc = main(["bench", "scale", "--quick", "--config", str(ROOT / "configs/breakout.yaml")])
     out, err = capsys.readouterr()
-    assert rc == 0 and written[-1] == (tmp_path / "b" / "scale.json", None), written
-    assert err == f"bench: results in {tmp_path / 'b' / 'scale.json'}\n", err
+    assert rc == 0 and written[-1] == (Path("bench/scale.json"), None), written
+    assert err == "bench: results in bench/scale.json\n", err
 
 
 def test_bench_log_writes_a_new_entry_each_time_and_never_edits_a_curated_page(
         tmp_path, monkeypatch, capsys):
-    # a repository root of its own: dba3c bench --log's default directory is docs/log there
+    # a repository root of its own: dba3c bench scale --log's default directory is docs/log there
     from dba3c.benchmarks.scale import report
     from dba3c.cli import main
 
@@ -168,7 +169,7 @@ def test_bench_log_writes_a_new_entry_each_time_and_never_edits_a_curated_page(
     curated.parent.mkdir()
     curated.write_bytes(b"# Benchmarks\n\nHand-written figures.\n")
     monkeypatch.setattr(report, "run_scale", lambda *args, **kw: scale_results())
-    argv = ["bench", "--scale", "--quick", "--config", str(ROOT / "configs/breakout.yaml")]
+    argv = ["bench", "scale", "--quick", "--config", str(ROOT / "configs/breakout.yaml")]
     pages = []
     for expected in ("2026-11-23-bench-scale.md", "2026-11-23-bench-scale-2.md"):
         assert main([*argv, "--log"]) == 0
@@ -176,7 +177,7 @@ def test_bench_log_writes_a_new_entry_each_time_and_never_edits_a_curated_page(
         assert err == f"bench: results in bench/scale.json; log entry docs/log/{expected}\n"
         pages.append((tmp_path / "docs" / "log" / expected).read_text())
         assert pages[-1] == out and "| 100 | 50 | 64 | 8 | 128 | all | none | failed |" in out
-        assert out.startswith("# `dba3c bench --scale --quick` on 2026-11-23 (emulated cluster)")
+        assert out.startswith("# `dba3c bench scale --quick` on 2026-11-23 (emulated cluster)")
     assert pages[0] == pages[1]
     # without --log: the JSON only
     assert main(argv) == 0

@@ -1,5 +1,5 @@
 """The MPI transport without MPI: MPICH's algorithm variables, a collective's arrays held
-until it completes, and the transport view a ``dba3c bench --scale`` job plays each point on
+until it completes, and the transport view a ``dba3c bench scale`` job plays each point on
 (over an in-process world)."""
 
 from __future__ import annotations
