@@ -1,6 +1,7 @@
 """The small interfaces every piece depends on; their implementations live where they belong.
 
 - :class:`Params`: a version of the flat parameter vector.
+- :class:`Step`: what the simulators return for one batch of envs, and the rollouts read.
 - :class:`ParameterClient`: what a worker's trainer talks to: ``pull`` the first parameters,
   ``push`` a gradient and get the parameters to train on next (None when the run ends).
   ``training.runner.LocalParameterServer`` serves one process,
@@ -35,6 +36,24 @@ class Params:
     version: int
     theta: np.ndarray
     nonfinite_streak: int = 0
+
+
+@dataclass
+class Step:
+    """What a pool of simulators returns for one batch of its envs (``games.envs.EnvPool``
+    ``reset``/``recv``), which the rollouts turn into data points (``learning.rollout``).
+    B = envs in the batch.
+
+    obs [B, ...] (uint8 for Atari); r_t, terminated, truncated [B]; env_ids [B] int;
+    lives [B] int (1 where the game has no lives).
+    """
+
+    obs: np.ndarray
+    r_t: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    env_ids: np.ndarray
+    lives: np.ndarray
 
 
 class ParameterClient(Protocol):

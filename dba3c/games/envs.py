@@ -12,29 +12,13 @@ Rewards come out unclipped (real game scores); the learner clips.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from dba3c.config import Config, EnvConfig, ModelConfig, is_atari
+from dba3c.core import Step
 from dba3c.cpus import bound_cpus, simulator_threads
-
-
-@dataclass
-class Step:
-    """What one ``recv`` returns. B = envs in the batch.
-
-    obs [B, ...] (uint8 for Atari); r_t, terminated, truncated [B]; env_ids [B] int;
-    lives [B] int (1 where the game has no lives).
-    """
-
-    obs: np.ndarray
-    r_t: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    env_ids: np.ndarray
-    lives: np.ndarray
 
 
 class EnvPool:

@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from dba3c.config import Config
-from dba3c.games.envs import EnvPool, ScoreTracker, Step, make_env_pool
+from dba3c.core import Step
+from dba3c.games.envs import EnvPool, ScoreTracker, make_env_pool
 from dba3c.games.schedule import EvalSchedule
 from dba3c.games.scores import MAX_SCORE, below_target
 from dba3c.learning.learner import Learner

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dba3c.games.envs import Step
+from dba3c.core import Step
 from dba3c.learning.rl import clip_rewards, n_step_returns
 
 

@@ -6,7 +6,8 @@ Breakout with ``episodic_life`` to check what the simulators do with lives.
 
 import numpy as np
 
-from dba3c.games.envs import EnvPool, ScoreTracker, Step
+from dba3c.core import Step
+from dba3c.games.envs import EnvPool, ScoreTracker
 
 
 def make_step(env_ids, r, terminated=(), truncated=(), lives=None) -> Step:

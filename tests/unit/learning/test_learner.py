@@ -15,7 +15,8 @@ import pytest
 import tensorflow as tf
 
 from dba3c.config import TrainConfig
-from dba3c.games.envs import EnvPool, Step
+from dba3c.core import Step
+from dba3c.games.envs import EnvPool
 from dba3c.learning.learner import Learner
 from dba3c.learning.models import NetSpec
 from dba3c.learning.params import layer_buckets

@@ -11,7 +11,7 @@ it came from; the action sent on state s is s + 100, so it shows the pairing too
 import numpy as np
 import pytest
 
-from dba3c.games.envs import Step
+from dba3c.core import Step
 from dba3c.learning.rollout import Batch, GroupedAssembler, RolloutAssembler
 
 

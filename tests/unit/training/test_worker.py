@@ -8,7 +8,8 @@ from typing import cast
 
 import numpy as np
 
-from dba3c.games.envs import EnvPool, Step, env_spaces
+from dba3c.core import Step
+from dba3c.games.envs import EnvPool, env_spaces
 from dba3c.learning.learner import Learner
 from dba3c.learning.models import make_net_spec
 from dba3c.preset import load_config
