@@ -38,7 +38,7 @@ def launch_problem(launch: LaunchInfo, library: str, library_file: str = "") -> 
     """The launchers' first problem (one line, no ``error:``), or None: an srun choice that
     fails where a job would fail on it, then an mpiexec of another MPI than the library
     mpi4py loads (its ranks would not form one world: the venv's MPI wheel and a site's
-    MPI mixed, README "Which MPI")."""
+    MPI mixed, docs/cluster.md, "Which MPI")."""
     if launch.srun_error and launch.srun_judged:
         return launch.srun_error
     lib_kin = PMI_KIN.get(mpi_family(library))
@@ -48,8 +48,8 @@ def launch_problem(launch: LaunchInfo, library: str, library_file: str = "") -> 
         return (f"mpiexec {launch.mpiexec} is {mpiexec_name(launch.mpiexec_version)}'s, but "
                 f"mpi4py loads {library_first_line(library)}{where}: the ranks it starts "
                 f"would not form one MPI world; put that MPI's own mpiexec first on PATH, or "
-                f"install the venv for the MPI you load (make install MPI=...; README "
-                f"\"Which MPI\")")
+                f"install the venv for the MPI you load (make install MPI=...; "
+                f"docs/cluster.md, \"Which MPI\")")
     return None
 
 
