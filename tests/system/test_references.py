@@ -200,13 +200,12 @@ def dangling_in(path: str) -> list[str]:
     found = []
     for number, line in enumerate((ROOT / path).read_text().splitlines(), 1):
         where = f"{path}:{number}:"
-        if path.endswith(".md"):
-            found += [f"{where} link {t}: {why}" for t in LINK.findall(line)
-                      if (why := link_problem(t, path))]
+        links = LINK.findall(line) if path.endswith(".md") else []
+        found += [f"{where} link {t}: {why}" for t in links if (why := link_problem(t, path))]
         if is_history(path):
             continue
         found += [f"{where} {t} does not exist" for t in PATH.findall(line)
-                  if not path_exists(t, path)]
+                  if t not in links and not path_exists(t, path)]  # a link: said once
         found += [f"{where} {problem}" for problem in node_id_problems(line)]
         found += [f'{where} {page}, "{title}": {why}' for page, title in SECTION.findall(line)
                   if (why := section_problem(page, title, path))]
