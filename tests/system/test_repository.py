@@ -153,12 +153,15 @@ def test_every_launch_recipe_runs_real_commands_and_every_figure_has_one():
     from dba3c.benchmarks.commands import BENCHES
     from dba3c.cli import COMMANDS
 
-    recipes = sorted((ROOT / "launch").glob("*.sh"))
-    assert recipes and not list((ROOT / "launch").glob("*.py")), "launch/ holds shell recipes"
+    recipes = sorted((ROOT / "launch").rglob("*.sh"))  # the current ones and launch/log/
+    assert recipes and not list((ROOT / "launch").rglob("*.py")), "launch/ holds shell recipes"
     text = {}
     for path in recipes:
         subprocess.run(["bash", "-n", str(path)], check=True)
         text[path.name] = path.read_text()
+        # run from the repository root, however deep the recipe lies
+        up = "/".join([".."] * (len(path.relative_to(ROOT).parts) - 1))
+        assert f'cd "$(dirname "$0")/{up}"\n' in text[path.name], f"{path.name}: cd {up}"
         for command in re.findall(r"^\s*dba3c (\S+)", text[path.name], re.M):
             # `dba3c submit` goes to the submitit launcher before the parser
             assert command in {*COMMANDS, "submit"}, f"{path.name}: no `dba3c {command}`"
@@ -170,6 +173,14 @@ def test_every_launch_recipe_runs_real_commands_and_every_figure_has_one():
         writes = f"docs/figures/{figure.name}"
         assert any(re.search(re.escape(writes) + r"\b", t) for t in text.values()), (
             f"no launch/ recipe writes {writes}")
+
+
+def test_each_launch_readme_lists_the_recipes_beside_it():
+    # launch/README.md the current recipes, launch/log/README.md the log's: a row each
+    for folder in (ROOT / "launch", ROOT / "launch" / "log"):
+        listed = re.findall(r"^\| \[`([\w.-]+\.sh)`\]\(\1\)", (folder / "README.md").read_text(),
+                            re.M)
+        assert sorted(listed) == sorted(p.name for p in folder.glob("*.sh")), folder
 
 
 def test_no_test_file_imports_another():

@@ -3,7 +3,7 @@
 # pong small curve). The preset has changed since (32 envs, mini-batch 64, lr 1.4e-3, evaluations
 # that stop below the target), so this command now trains today's preset, not the one drawn.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 
 dba3c train configs/pong_small.yaml                       # 1800 s

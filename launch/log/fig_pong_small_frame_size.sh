@@ -3,7 +3,7 @@
 # seed 0 each, and the bench of 84, 64 and 42 (log 2026-11-26 pong smaller frames and smaller
 # frames throughput; docs/decisions.md). The 42 run was stopped by hand at 2310 s.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 
 dba3c train configs/pong_small.yaml model.frame_size=42 eval.stop_at_target=true \

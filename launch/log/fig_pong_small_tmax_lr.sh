@@ -3,7 +3,7 @@
 # evaluations every 1,500 steps (log 2026-11-26 pong t_max 20, lr, eval every; docs/decisions.md).
 # Needs runs/pong-stopbelow from launch/fig_pong_small_stopbelow.sh.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 
 for d in runs/pong-stopbelow; do

@@ -3,7 +3,7 @@
 # against the preset (log 2026-11-26 pong b128, eps, value weight; docs/decisions.md).
 # Needs runs/pong-stopbelow and runs/pong-stopbelow-seed1 from launch/fig_pong_small_stopbelow.sh.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 
 for d in runs/pong-stopbelow runs/pong-stopbelow-seed1; do

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # docs/figures/pong_small_fs6_vw1_q1 (online_vs_step.png): frame skip 6, value weight 1 on seeds
 # 0-2, queue size 1, against the preset's seeds, per update (log 2026-11-26 pong frame skip 6,
-# vw1, queue; docs/decisions.md). Needs the runs of launch/fig_pong_small_stopbelow.sh and launch/fig_pong_small_b128_eps_vw.sh.
+# vw1, queue; docs/decisions.md). Needs the runs of launch/fig_pong_small_stopbelow.sh and launch/log/fig_pong_small_b128_eps_vw.sh.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 
 for d in runs/pong-stopbelow runs/pong-stopbelow-seed1 runs/pong-stopbelow-seed2 runs/pong-vw1 runs/pong-vw1-seed1; do
-    [ -d "$d" ] || { echo "error: $d is missing: run launch/fig_pong_small_stopbelow.sh and launch/fig_pong_small_b128_eps_vw.sh first" >&2; exit 2; }
+    [ -d "$d" ] || { echo "error: $d is missing: run launch/fig_pong_small_stopbelow.sh and launch/log/fig_pong_small_b128_eps_vw.sh first" >&2; exit 2; }
 done
 dba3c bench node --quick --config configs/pong_small.yaml env.frame_skip=4   # then =6
 dba3c bench node --quick --config configs/pong_small.yaml env.frame_skip=6

@@ -3,7 +3,7 @@
 # 0.003, a linearly decaying lr and t_max 3 against the preset's seeds, per update (log 2026-11-26
 # pong He, entropy, lr decay, t_max 3; docs/decisions.md). Needs the runs of launch/fig_pong_small_stopbelow.sh.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 
 for d in runs/pong-stopbelow runs/pong-stopbelow-seed1 runs/pong-stopbelow-seed2; do
