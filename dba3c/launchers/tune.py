@@ -6,11 +6,10 @@
 Each trial is a fresh ``dba3c train`` process (evaluation and checkpoints off) whose
 steady-state data points/s :func:`dba3c.benchmarks.node.run_training` reads, for one setting
 of ``env.num_envs``, ``env.batch_size`` and TensorFlow's intra/inter-op threads, chosen by
-the coordinate descent of :mod:`dba3c.launchers.tuning` within ``--seconds``. Every measured trial
-goes
-to a state file (this module owns its format); a re-run with the same config and overrides
-takes them from there instead of measuring again, so an interrupted or budget-bound search
-goes on where it stopped.
+the coordinate descent of :mod:`dba3c.launchers.tune_search` within ``--seconds``. Every
+measured trial goes to a state file (this module owns its format); a re-run with the same
+config and overrides takes them from there instead of measuring again, so an interrupted or
+budget-bound search goes on where it stopped.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from dba3c.benchmarks.record import machine_description
 from dba3c.config import Config
 from dba3c.cpus import bound_cpus
 from dba3c.errors import UserError
-from dba3c.launchers.tuning import (
+from dba3c.launchers.tune_search import (
     STARTUP_S,
     TUNED_KEYS,
     CoordinateDescent,

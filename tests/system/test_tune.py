@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dba3c.config import overrides_file
-from dba3c.launchers.tuning import (
+from dba3c.launchers.tune_search import (
     TUNED_KEYS,
 )
 from dba3c.preset import load_config

@@ -13,7 +13,7 @@ from dba3c.cli import make_parser
 from dba3c.config import overrides_file
 from dba3c.errors import UserError
 from dba3c.launchers.tune import tune_command
-from dba3c.launchers.tuning import (
+from dba3c.launchers.tune_search import (
     TUNED_KEYS,
     Setting,
     make_setting,

@@ -1,4 +1,4 @@
-"""``dba3c tune``'s search (dba3c.launchers.tuning): the coordinate descent on a fake
+"""``dba3c tune``'s search (dba3c.launchers.tune_search): the coordinate descent on a fake
 throughput surface with a fake clock (the optimum found, the budget kept, resuming,
 Ctrl-C), and the candidates."""
 
@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from dba3c.launchers.tuning import (
+from dba3c.launchers.tune_search import (
     STARTUP_S,
     TUNED_KEYS,
     CoordinateDescent,
