@@ -3,7 +3,9 @@
 One :class:`Learner` holds the network's parameters. The actor thread predicts;
 the trainer thread calls :meth:`gradient` and :meth:`set_params`. Every entry point is a
 ``tf.function`` with an input signature, so Python is traced once and each call is one graph
-execution. Gradients leave as one flat float32 vector in the parameter layout.
+execution. Gradients leave as one flat float32 vector in the parameter layout, whatever
+the network computes in (``precision``: float32, or bfloat16 with float32 parameters, loss
+and gradients, :mod:`dba3c.learning.models`).
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ class Learner:
     """
 
     def __init__(self, spec: NetSpec, train_cfg: TrainConfig, theta: np.ndarray, *,
-                 staged: bool = False):
+                 staged: bool = False, precision: str = "float32"):
         set_tensorflow_threads(train_cfg, len(bound_cpus()))
         self.spec = spec
         self.layout = spec.layout()
@@ -96,7 +98,7 @@ class Learner:
 
         @tf.function(input_signature=[params_sig, obs_sig])
         def predict(params: tuple[tf.Tensor, ...], obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            logits, v = forward(spec, params, obs)
+            logits, v = forward(spec, params, obs, precision)
             return tf.nn.softmax(logits), v
 
         @tf.function(input_signature=[params_sig, *batch_sig])
@@ -104,14 +106,15 @@ class Learner:
                      R: tf.Tensor) -> tuple:
             with tf.GradientTape() as tape:
                 tape.watch(params)
-                loss, parts = loss_fn(*forward(spec, params, obs), a, R)
+                loss, parts = loss_fn(*forward(spec, params, obs, precision), a, R)
             return flat_concat(clip(tape.gradient(loss, params))), loss, parts
 
         self._predict, self._gradient = predict, gradient
         self.train_variables = ([tf.Variable(t, name=f"train_{n.replace('/', '_')}")
                                  for n, t in zip(self.layout.names, tensors)]
                                 if staged else None)
-        self._copy = (make_training_copy(spec, self.train_variables, loss_fn, clip, batch_sig)
+        self._copy = (make_training_copy(spec, self.train_variables, loss_fn, clip, batch_sig,
+                                         precision)
                       if self.train_variables is not None else None)
         self._train_loaded = True  # the training variables hold _current's parameters
 
@@ -247,9 +250,10 @@ class TrainingCopy:
 
 def make_training_copy(spec: NetSpec, train_variables: list[tf.Variable],
                        loss_fn: Callable[..., tuple], clip: Callable[[list], list],
-                       batch_sig: list[tf.TensorSpec]) -> TrainingCopy:
+                       batch_sig: list[tf.TensorSpec], precision: str = "float32") -> TrainingCopy:
     """The staged machinery over ``train_variables`` (see :meth:`Learner.staged_gradient`);
-    ``loss_fn(logits, v, a, R)``, ``clip(grads)``, ``batch_sig`` the (obs, a, R) signature."""
+    ``loss_fn(logits, v, a, R)``, ``clip(grads)``, ``batch_sig`` the (obs, a, R) signature,
+    ``precision`` what the network computes in."""
     stages, hooks = stage_params(spec, train_variables), StageHooks()
 
     def staged(inline: bool) -> Callable[..., tuple]:
@@ -258,7 +262,7 @@ def make_training_copy(spec: NetSpec, train_variables: list[tf.Variable],
             # one inter-op thread cannot run a callback beside the compute: in line
             return staged_graph(spec, stages, hooks, lambda out: loss_fn(out[0], out[1], a, R),
                                 lambda grads: flat_concat(clip(grads)), obs,
-                                inline=inline or inter_op_threads() == 1)
+                                inline=inline or inter_op_threads() == 1, precision=precision)
         return gradient
 
     return TrainingCopy(stages, staged(False), staged(True), hooks)
@@ -318,7 +322,7 @@ class StageHooks:
 
 def staged_graph(spec: NetSpec, params: list[list[tf.Variable]], hooks: StageHooks,
                  loss_fn: Callable, finish: Callable, obs: tf.Tensor, *,
-                 inline: bool = False) -> tuple:
+                 inline: bool = False, precision: str = "float32") -> tuple:
     """The staged gradient inside one ``tf.function``: (L, loss terms, g_0).
 
     Forward, b = 0 .. B-1: stage b (:func:`dba3c.learning.models.stage_forward`) on its
@@ -349,7 +353,7 @@ def staged_graph(spec: NetSpec, params: list[list[tf.Variable]], hooks: StageHoo
                 values = [v.read_value() for v in stage_vars]
             sources.append(values + inputs[-1:] if b > 0 else values)  # obs: no gradient
             tape.watch(sources[-1])
-            x = stage_forward(spec, b, values, inputs[-1])
+            x = stage_forward(spec, b, values, inputs[-1], precision)
             outputs.append(x)
         loss, parts = loss_fn(x)
     upstream, target = None, loss

@@ -5,6 +5,13 @@ NumPy initialisation (the same on every rank), the analytic FLOP count, and the 
 forward pass. Atari observations arrive as uint8, channels first: [B, stack, S, S] for
 grayscale, [B, stack, S, S, 3] for RGB (S = model.frame_size, 84 in the papers); they become
 float NHWC inside the graph.
+
+The trunk computes in ``dtype``, float32 or bfloat16 (``model.precision``): in bfloat16 each
+stage rounds its float32 parameters (and the first its scaled observations) to bfloat16, so
+the forward pass and, through the casts, the backward pass run in bfloat16 while the
+gradients of the parameters arrive in float32 (the cast's gradient is the cast back). The
+heads, a few thousand multiply-adds, compute in float32 from the trunk's output: the logits
+and the value, and so the softmax, the loss and the advantages, keep float32's precision.
 """
 
 from __future__ import annotations
@@ -215,15 +222,16 @@ def make_net_spec(model_cfg: ModelConfig, obs_shape: tuple[int, ...], num_action
     return NetSpec(model_cfg.kind, model_cfg.hidden, tuple(obs_shape), num_actions)
 
 
-def preprocess(spec: NetSpec, obs: Any) -> Any:
-    """uint8/float obs [B, ...] -> float32 [B, *spec.input_hwc()]: pixels scaled by 1/255 and
-    the stacked frames (and colours) moved to the channel axis; vectors flattened."""
+def preprocess(spec: NetSpec, obs: Any, dtype: str = "float32") -> Any:
+    """uint8/float obs [B, ...] -> ``dtype`` [B, *spec.input_hwc()]: pixels scaled by 1/255
+    (in float32, then rounded to ``dtype``) and the stacked frames (and colours) moved to the
+    channel axis; vectors flattened."""
     import tensorflow as tf
 
     x = tf.cast(obs, tf.float32)
     if spec.kind == "mlp":
-        return tf.reshape(x, [-1, spec.input_hwc()[0]])
-    x = x * (1.0 / 255.0)
+        return tf.cast(tf.reshape(x, [-1, spec.input_hwc()[0]]), dtype)
+    x = tf.cast(x * (1.0 / 255.0), dtype)
     if len(spec.obs_shape) == 4:  # [B, S, H, W, C] -> [B, H, W, S, C] -> [B, H, W, S*C]
         x = tf.transpose(x, [0, 2, 3, 1, 4])
     else:  # [B, S, H, W] -> [B, H, W, S]
@@ -262,29 +270,35 @@ def stage_params(spec: NetSpec, variables: Sequence) -> list[list]:
     return [list(variables[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
-def stage_forward(spec: NetSpec, stage: int, params: Sequence, x: Any) -> Any:
-    """Stage ``stage`` of the forward pass, with that stage's variables ``params``.
+def stage_forward(spec: NetSpec, stage: int, params: Sequence, x: Any,
+                  dtype: str = "float32") -> Any:
+    """Stage ``stage`` of the forward pass, with that stage's float32 variables ``params``,
+    computing in ``dtype`` (the module docstring).
 
     Stage 0 takes the observations (:func:`preprocess`); stage b runs
-    :func:`layer_forward`; the last stage also the heads and returns
-    (logits [B, A], v [B]); the others return the activations [B, *shape_next].
+    :func:`layer_forward` on its parameters cast to ``dtype``; the last stage also the heads,
+    in float32, and returns (logits [B, A], v [B]) in float32; the others return the
+    activations [B, *shape_next] in ``dtype``.
     """
     import tensorflow as tf
 
     stages = spec.stages()
     if stage == 0:
-        x = preprocess(spec, x)
-    x = layer_forward(stages[stage], params, x)
+        x = preprocess(spec, x, dtype)
+    this = stages[stage]
+    x = layer_forward(this, [tf.cast(p, dtype) for p in params[:1 + this.layer.bias]], x)
     if stage < len(stages) - 1:
         return x
+    x = tf.cast(x, tf.float32)
     policy_w, policy_b, value_w, value_b = params[-HEAD_TENSORS:]
     return tf.matmul(x, policy_w) + policy_b, (tf.matmul(x, value_w) + value_b)[:, 0]
 
 
-def forward(spec: NetSpec, variables: Sequence, obs: Any) -> tuple[Any, Any]:
+def forward(spec: NetSpec, variables: Sequence, obs: Any,
+            dtype: str = "float32") -> tuple[Any, Any]:
     """The forward pass in TensorFlow: uint8/float obs [B, ...] -> (logits [B, A], v [B]),
-    the stages of :func:`stage_forward` one after another."""
+    the stages of :func:`stage_forward` one after another, computing in ``dtype``."""
     x = obs
     for stage, params in enumerate(stage_params(spec, variables)):
-        x = stage_forward(spec, stage, params, x)
+        x = stage_forward(spec, stage, params, x, dtype)
     return x

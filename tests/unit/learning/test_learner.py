@@ -243,6 +243,20 @@ def test_staged_gradient_buckets_concatenate_to_the_one_call_gradient(name, inli
                      + [("backward", b) for b in reversed(range(stages))])
 
 
+@pytest.mark.parametrize("name", list(STAGED))
+def test_a_bfloat16_staged_gradient_is_its_one_call_gradient(name):
+    # the stages hand bfloat16 activations and their gradients on; what leaves is float32
+    # (run_staged checks each bucket's dtype)
+    _, theta1, _, batch = staged_setup(name)
+    learner = Learner(STAGED[name], TrainConfig(), theta1, staged=True, precision="bfloat16")
+    whole, stats = learner.gradient(*batch)
+    staged, staged_stats, _ = run_staged(learner, batch)
+    assert_same_gradient(staged, whole)
+    assert staged_stats["loss/total"] == pytest.approx(stats["loss/total"], rel=1e-6)
+    float32, _ = Learner(STAGED[name], TrainConfig(), theta1).gradient(*batch)
+    assert not np.allclose(whole, float32, rtol=1e-4, atol=0)  # computed in bfloat16
+
+
 def test_a_bucket_kept_by_after_backward_keeps_its_values():
     # after_backward gets NumPy's view of the bucket, no copy: the view holds the tensor's
     # buffer, so later steps (other parameters, other gradients) do not write over it

@@ -12,7 +12,14 @@ import pytest
 import tensorflow as tf
 
 from dba3c.config import ModelConfig
-from dba3c.learning.models import NetSpec, forward, make_net_spec, min_frame_size
+from dba3c.learning.models import (
+    NetSpec,
+    forward,
+    make_net_spec,
+    min_frame_size,
+    stage_forward,
+    stage_params,
+)
 from dba3c.learning.params import layer_buckets, unflatten
 
 GRAY = (4, 84, 84)  # 4 stacked grayscale frames, channels first
@@ -400,9 +407,10 @@ def _np_forward(kind, tensors, obs):
     return logits, v
 
 
-@pytest.mark.parametrize("name", list(SPECS))
-def test_forward_matches_numpy_reference(name):
-    spec = SPECS[name]
+def _against_reference(spec, dtype="float32"):
+    """(logits, v) of :func:`forward` computing in ``dtype``, the float64 reference's, and the
+    reference's largest output, on parameters and observations where every term of the pass
+    matters."""
     layout = spec.layout()
     theta = spec.init_params(3)
     tensors = unflatten(layout, theta)
@@ -418,12 +426,41 @@ def test_forward_matches_numpy_reference(name):
         obs = rng.standard_normal((3, *spec.obs_shape)).astype(np.float32)
     else:
         obs = rng.integers(0, 256, (3, *spec.obs_shape), dtype=np.uint8)
-    logits, v = forward(spec, _variables(spec, theta), obs)
+    logits, v = forward(spec, _variables(spec, theta), obs, dtype)
     ref_logits, ref_v = _np_forward(spec.kind, tensors, obs)
     scale = max(np.abs(ref_logits).max(), np.abs(ref_v).max())
     assert scale > 1e-3  # the comparison is not vacuous
-    np.testing.assert_allclose(logits.numpy(), ref_logits, rtol=1e-4, atol=1e-5 * scale)
-    np.testing.assert_allclose(v.numpy(), ref_v, rtol=1e-4, atol=1e-5 * scale)
+    return (logits.numpy(), v.numpy()), (ref_logits, ref_v), scale
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_forward_matches_numpy_reference(name):
+    (logits, v), (ref_logits, ref_v), scale = _against_reference(SPECS[name])
+    np.testing.assert_allclose(logits, ref_logits, rtol=1e-4, atol=1e-5 * scale)
+    np.testing.assert_allclose(v, ref_v, rtol=1e-4, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_forward_in_bfloat16_matches_numpy_reference_to_its_rounding(name):
+    # bfloat16 keeps 8 significant bits: each rounding errs by at most 2^-9 relative, and a
+    # pass rounds the inputs, weights and output of each of its (at most 5) trunk layers:
+    # 2^-5 of the outputs' scale is 16 such roundings (measured: 0.003-0.007 of the scale).
+    # An error above 2^-12 (float32 errs below 1e-6 here) shows bfloat16 computed at all.
+    (logits, v), (ref_logits, ref_v), scale = _against_reference(SPECS[name], "bfloat16")
+    assert logits.dtype == np.float32 and v.dtype == np.float32  # the heads' float32
+    np.testing.assert_allclose(logits, ref_logits, rtol=0, atol=2 ** -5 * scale)
+    np.testing.assert_allclose(v, ref_v, rtol=0, atol=2 ** -5 * scale)
+    err = max(np.abs(logits - ref_logits).max(), np.abs(v - ref_v).max())
+    assert err > 2 ** -12 * scale
+
+
+def test_a_bfloat16_trunk_hands_bfloat16_activations_between_stages():
+    spec = SPECS["a3c_ff"]
+    params = stage_params(spec, _variables(spec, spec.init_params(0)))
+    obs = np.zeros((1, *GRAY), np.uint8)
+    x = stage_forward(spec, 0, params[0], obs, "bfloat16")
+    assert x.dtype == tf.bfloat16
+    assert stage_forward(spec, 0, params[0], obs).dtype == tf.float32
 
 
 def test_forward_depends_on_frame_order():
