@@ -66,6 +66,7 @@ def _between(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = Fal
 
 
 COLLECTIVE_ALGORITHMS = ("recursive", "mpi")  # dist.collective_algorithm's values
+PRECISIONS = ("auto", "float32", "bfloat16")  # model.precision's values
 
 
 def _one_of(*choices: str) -> Check:
@@ -127,6 +128,12 @@ class ModelConfig:
     init: str = _opt("glorot", _one_of("glorot", "he"), "kernel initialisation: glorot (uniform) "
                      "or he (normal, variance 2/fan_in, on the ReLU layers: the paper's code's "
                      "default); the heads stay Glorot, the policy's scaled by 0.01")
+    precision: str = _opt("float32", _one_of(*PRECISIONS), "the training ranks' forward and "
+                          "backward passes: float32, or bfloat16 (mixed precision: parameters, "
+                          "optimizer state, the loss, the heads and the gradients stay "
+                          "float32; evaluation computes in float32), or auto: bfloat16 where "
+                          "the CPU has native bfloat16 (AMX-BF16 or AVX512_BF16 in "
+                          "/proc/cpuinfo), else float32")
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,19 @@ the latter unless the config sets it:
 
 A rank that may use fewer CPUs than its share of the node (the node's CPUs over the ranks on
 it) says so once, naming the fix: its threads would share a few cores while the others idle.
+
+The CPU's features come from ``/proc/cpuinfo`` (:func:`read_cpuinfo`, the one place that reads
+it): whether it computes bfloat16 natively decides ``model.precision: auto``
+(:func:`precision_for`), and a rank that trains says in its first line which precision it
+computes in.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from dba3c.config import EnvConfig, TrainConfig
 
@@ -79,25 +85,109 @@ def binding_warning(num_bound: int, node_cpus: int, ranks_on_node: int) -> str |
             f"train.inter_op_threads)")
 
 
+# /proc/cpuinfo flags of native bfloat16 arithmetic: AMX-BF16 tiles (Intel Xeon from Sapphire
+# Rapids) and AVX512_BF16 (AMD from Zen 4, Intel from Cooper Lake). Without them TensorFlow
+# still computes bfloat16, converting to float32 and back: slower than float32.
+BFLOAT16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def read_cpuinfo() -> str:
+    """The text of ``/proc/cpuinfo`` ("" where there is none)."""
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
+def first_cpu(cpuinfo: str) -> dict[str, str]:
+    """The fields of the first processor of a /proc/cpuinfo text (``model name``,
+    ``flags``, ...)."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            break  # the first processor only
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return fields
+
+
+def cpu_flags(cpuinfo: str) -> frozenset[str]:
+    """The feature flags of the first processor of a /proc/cpuinfo text."""
+    return frozenset(first_cpu(cpuinfo).get("flags", "").split())
+
+
+@dataclass(frozen=True)
+class Precision:
+    """``model.precision`` (``setting``: auto, float32 or bfloat16) on a CPU that has native
+    bfloat16 or not."""
+
+    setting: str
+    native_bfloat16: bool
+
+    @property
+    def dtype(self) -> str:
+        """What the network computes in: ``bfloat16`` when asked for, or when ``auto`` on a
+        CPU with native bfloat16; else ``float32``."""
+        if self.setting == "auto":
+            return "bfloat16" if self.native_bfloat16 else "float32"
+        return self.setting
+
+    def describe(self) -> str:
+        """The choice and why, for a rank's first line."""
+        cpu = "native" if self.native_bfloat16 else "no native"
+        how = "auto" if self.setting == "auto" else "model.precision"
+        return f"{self.dtype} ({how}; the CPU has {cpu} bfloat16)"
+
+    def warning(self) -> str | None:
+        """The warning for bfloat16 asked for on a CPU without native bfloat16 (None
+        otherwise)."""
+        if self.setting != "bfloat16" or self.native_bfloat16:
+            return None
+        return (f"model.precision=bfloat16 on a CPU without native bfloat16 (none of "
+                f"{', '.join(BFLOAT16_FLAGS)} in /proc/cpuinfo): TensorFlow emulates it, "
+                f"slower than float32 (use model.precision=auto or float32)")
+
+
+def has_native_bfloat16(flags: Iterable[str]) -> bool:
+    """Whether a CPU with feature ``flags`` (/proc/cpuinfo's) computes bfloat16 natively."""
+    return not set(BFLOAT16_FLAGS).isdisjoint(flags)
+
+
+def precision_for(setting: str, flags: Iterable[str]) -> Precision:
+    """``model.precision`` ``setting`` on a CPU with feature ``flags`` (/proc/cpuinfo's)."""
+    return Precision(setting, has_native_bfloat16(flags))
+
+
+def this_cpu_precision(setting: str) -> Precision:
+    """``model.precision`` ``setting`` on this machine's CPU."""
+    return precision_for(setting, cpu_flags(read_cpuinfo()))
+
+
 def rank_line(host: str, rank: int, role: str, cpus: Sequence[int], node_cpus: int,
-              threads: Threads | None) -> str:
+              threads: Threads | None, precision: Precision | None = None) -> str:
     """A rank's first log line: where it runs, on which CPUs, with which pools (None: a rank
-    that runs no simulators and no TensorFlow)."""
+    that runs no simulators and no TensorFlow) and, for a rank that trains, in which
+    precision."""
     pools = ("no simulators, no TensorFlow" if threads is None else
              f"threads: {threads.simulators} simulator, {threads.intra_op} intra-op, "
              f"{threads.inter_op} inter-op")
+    computes = "" if precision is None else f"; computes in {precision.describe()}"
     return (f"rank {rank} ({role}) on {host}: {len(cpus)} of {node_cpus} CPUs bound "
-            f"({cpu_ranges(cpus)}); {pools}")
+            f"({cpu_ranges(cpus)}); {pools}{computes}")
 
 
 def rank_lines(rank: int, role: str, env: EnvConfig | None, train: TrainConfig | None,
-               ranks_on_node: int) -> list[str]:
-    """What a rank prints first: :func:`rank_line` for this process, and
-    :func:`binding_warning`'s line when it has one (``env``/``train`` None: no pools)."""
+               ranks_on_node: int, precision: str | None = None) -> list[str]:
+    """What a rank prints first: :func:`rank_line` for this process, and the lines of
+    :func:`binding_warning` and :meth:`Precision.warning` when it has them (``env``/``train``
+    None: no pools; ``precision``: ``model.precision`` of a rank that trains, None for one
+    that does not)."""
     import socket
 
     cpus, node_cpus = bound_cpus(), os.cpu_count() or 1
     threads = None if env is None or train is None else threads_for(env, train, len(cpus))
-    lines = [rank_line(socket.gethostname(), rank, role, cpus, node_cpus, threads)]
-    warning = binding_warning(len(cpus), node_cpus, ranks_on_node)
-    return lines + ([f"warning: rank {rank} ({role}) {warning}"] if warning else [])
+    chosen = None if precision is None else this_cpu_precision(precision)
+    lines = [rank_line(socket.gethostname(), rank, role, cpus, node_cpus, threads, chosen)]
+    warnings = [binding_warning(len(cpus), node_cpus, ranks_on_node),
+                None if chosen is None else chosen.warning()]
+    return lines + [f"warning: rank {rank} ({role}) {w}" for w in warnings if w]

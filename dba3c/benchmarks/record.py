@@ -19,21 +19,20 @@ import time
 from datetime import date
 from pathlib import Path
 
+from dba3c.cpus import cpu_flags, first_cpu, has_native_bfloat16, read_cpuinfo
 from dba3c.training.rundir import write_atomic
 
 
 def cpu_description(cpuinfo: str) -> str:
     """The first CPU of a /proc/cpuinfo text: model name, family and model numbers, clock,
-    and the widest vector instructions it lists (AVX-512, AVX2 or neither)."""
-    fields: dict[str, str] = {}
-    for line in cpuinfo.splitlines():
-        if not line.strip():
-            break  # the first processor only
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
-    flags = set(fields.get("flags", "").split())
+    the widest vector instructions it lists (AVX-512, AVX2 or neither) and whether it has
+    native bfloat16 (:data:`dba3c.cpus.BFLOAT16_FLAGS`)."""
+    fields = first_cpu(cpuinfo)
+    flags = cpu_flags(cpuinfo)
     vector = ("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags
               else "no AVX2")
+    if has_native_bfloat16(flags):
+        vector += ", native bfloat16"
     mhz = fields.get("cpu MHz")
     clock = f", {float(mhz) / 1000:.1f} GHz" if mhz else ""
     return (f"{fields.get('model name', 'unknown CPU')} (family {fields.get('cpu family', '?')}"
@@ -42,9 +41,9 @@ def cpu_description(cpuinfo: str) -> str:
 
 def machine_description() -> str:
     """CPU model, logical cores and memory of this machine."""
-    model = platform.processor() or "unknown CPU"
+    cpuinfo = read_cpuinfo()
+    model = cpu_description(cpuinfo) if cpuinfo else platform.processor() or "unknown CPU"
     try:
-        model = cpu_description(Path("/proc/cpuinfo").read_text())
         mem_kb = next(int(line.split()[1]) for line in
                       Path("/proc/meminfo").read_text().splitlines()
                       if line.startswith("MemTotal:"))

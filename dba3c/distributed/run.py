@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from dba3c.config import Config, EnvConfig, TrainConfig, is_atari
 from dba3c.core import Transport
-from dba3c.cpus import rank_lines
+from dba3c.cpus import rank_lines, this_cpu_precision
 from dba3c.distributed.collective.ranks import run_collective_rank
 from dba3c.distributed.evaluator import run_evaluator
 from dba3c.distributed.ps.ranks import run_chief, run_worker
@@ -37,7 +37,8 @@ def make_worker(cfg: Config, rank: int, spec: NetSpec, roles: Roles) -> Worker:
     from dba3c.learning.learner import Learner
 
     pool = None if cfg.debug.synthetic_data else make_env_pool(cfg.env, cfg.model)
-    learner = Learner(spec, cfg.train, spec.init_params(0), staged=staged_steps(cfg))
+    learner = Learner(spec, cfg.train, spec.init_params(0), staged=staged_steps(cfg),
+                      precision=this_cpu_precision(cfg.model.precision).dtype)
     return Worker(cfg, rank, learner, pool)
 
 
@@ -132,7 +133,8 @@ def train_distributed(cfg: Config, job: str | None) -> int:
     role = make_roles(t.size, cfg).role(t.rank)
     env, train_cfg = role_pools(role, cfg)
     hosts = t.gather_hosts()
-    for line in rank_lines(t.rank, role, env, train_cfg, hosts.count(hosts[t.rank])):
+    precision = cfg.model.precision if train_cfg is not None and "worker" in role else None
+    for line in rank_lines(t.rank, role, env, train_cfg, hosts.count(hosts[t.rank]), precision):
         print(line, file=sys.stderr, flush=True)  # a line a write (rank_output.whole_lines)
     if t.rank != 0:
         ignore_polite_signals()

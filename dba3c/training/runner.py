@@ -20,7 +20,7 @@ import numpy as np
 
 from dba3c.config import Config
 from dba3c.core import Params
-from dba3c.cpus import rank_lines
+from dba3c.cpus import rank_lines, this_cpu_precision
 from dba3c.distributed.roles import emulated_roles
 from dba3c.distributed.shard import ShardServer
 from dba3c.errors import UserError
@@ -122,8 +122,8 @@ def _train(cfg: Config, spec: NetSpec, start: checkpoint.StartState,
     role = ("chief+worker" if workers == 1 else
             f"chief+worker emulating {workers} sync workers, {workers} x {cfg.env.num_envs} "
             f"simulators")
-    print("\n".join(rank_lines(0, role, env, cfg.train, ranks_on_node=1)),
-          file=sys.stderr, flush=True)
+    print("\n".join(rank_lines(0, role, env, cfg.train, ranks_on_node=1,
+                              precision=cfg.model.precision)), file=sys.stderr, flush=True)
     store = LocalParameterServer(start.theta, start.opt_state, start.step, make_optimizer(cfg),
                                  workers)
     with Chief(cfg, start.ckpt, spec.layout(), num_workers=workers,
@@ -133,7 +133,9 @@ def _train(cfg: Config, spec: NetSpec, start: checkpoint.StartState,
         if workers > 1:
             chief.extra["dist/replicas"] = workers  # perf/effective_batch: W x batch_size
         pool = None if cfg.debug.synthetic_data else make_env_pool(env, cfg.model)
-        worker = Worker(cfg, 0, Learner(spec, cfg.train, start.theta), pool, laps, groups)
+        learner = Learner(spec, cfg.train, start.theta,
+                          precision=this_cpu_precision(cfg.model.precision).dtype)
+        worker = Worker(cfg, 0, learner, pool, laps, groups)
 
         def save(step: int) -> None:
             chief.save_checkpoint(step, [store.theta], [store.opt_state.m_shard],

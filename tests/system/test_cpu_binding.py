@@ -31,7 +31,7 @@ def test_a_rank_on_one_cpu_sizes_its_pools_from_it_and_warns(tmp_path):
                            text=True, timeout=300, check=True)
     lines = bound.stderr.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("rank 0 (chief+worker) on "))
-    assert lines[at].endswith(f": 1 of {node} CPUs bound (0); threads: 1 simulator, "
-                              f"1 intra-op, 1 inter-op")
+    assert (f": 1 of {node} CPUs bound (0); threads: 1 simulator, 1 intra-op, 1 inter-op; "
+            f"computes in float32 (model.precision; the CPU has ") in lines[at]
     assert lines[at + 1].startswith("warning: rank 0 (chief+worker) bound to 1 of the node's")
     assert f"--cpus-per-task={node}" in lines[at + 1]

@@ -253,6 +253,16 @@ def test_poll_caps_and_the_collective_algorithm_are_reported_together():
     assert dist.collective_poll_us == 500 and dist.collective_poll_s == pytest.approx(5e-4)
 
 
+def test_the_precision_is_float32_unless_asked_and_one_of_three():
+    assert Config().model.precision == "float32"
+    for precision in ("auto", "float32", "bfloat16"):
+        assert from_dict({"model": {"precision": precision}}).model.precision == precision
+    with pytest.raises(UserError) as e:
+        from_dict({"model": {"precision": "float16"}})
+    assert str(e.value) == ("model.precision='float16' must be one of auto, float32, "
+                            "bfloat16")
+
+
 def test_an_overrides_file_becomes_key_value_items_in_its_order(tmp_path):
     node = tmp_path / "node.yaml"
     node.write_text("env:\n  num_envs: 16\n  id: pong\ntrain:\n  lr: 0.0005\n"

@@ -1,5 +1,7 @@
-"""dba3c.cpus: CPU lists, the pools sized from the bound CPUs, the binding warning and a
-rank's first line, with expected values written out here."""
+"""dba3c.cpus: CPU lists, the pools sized from the bound CPUs, the binding warning, the
+precision ``model.precision: auto`` picks from a CPU's flags (faked here: Sapphire Rapids and
+Zen 4 have native bfloat16, Zen 3 has not) and a rank's first line, with expected values
+written out here."""
 
 import os
 
@@ -10,7 +12,10 @@ from dba3c.cpus import (
     Threads,
     binding_warning,
     bound_cpus,
+    cpu_flags,
     cpu_ranges,
+    first_cpu,
+    precision_for,
     rank_line,
     simulator_threads,
     tensorflow_threads,
@@ -60,3 +65,47 @@ def test_the_first_line_names_host_rank_role_cpus_and_pools():
     assert line == ("rank 3 (worker) on node07: 4 of 12 CPUs bound (0-3); threads: 4 "
                     "simulator, 4 intra-op, 4 inter-op")
     assert rank_line("n1", 1, "ps", (0,), 2, None).endswith("no simulators, no TensorFlow")
+
+
+SAPPHIRE_RAPIDS = "fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8".split()
+ZEN_4 = "fpu avx2 avx512f avx512_bf16".split()
+ZEN_3 = "fpu avx2 fma".split()
+
+
+@pytest.mark.parametrize(("flags", "native"), [(SAPPHIRE_RAPIDS, True), (ZEN_4, True),
+                                               (["amx_bf16"], True), (ZEN_3, False),
+                                               ([], False)])
+def test_auto_picks_bfloat16_only_on_a_cpu_with_native_bfloat16(flags, native):
+    auto = precision_for("auto", flags)
+    assert auto.dtype == ("bfloat16" if native else "float32")
+    assert auto.warning() is None  # auto never warns
+    assert precision_for("float32", flags).dtype == "float32"  # explicit choices stand
+    assert precision_for("bfloat16", flags).dtype == "bfloat16"
+
+
+def test_bfloat16_asked_for_without_native_bfloat16_is_warned_once():
+    assert precision_for("bfloat16", SAPPHIRE_RAPIDS).warning() is None
+    assert precision_for("float32", ZEN_3).warning() is None
+    warning = precision_for("bfloat16", ZEN_3).warning()
+    assert warning is not None and "\n" not in warning
+    assert "amx_bf16, avx512_bf16" in warning and "model.precision=auto" in warning
+
+
+def test_the_flags_are_the_first_processor_s():
+    cpuinfo = ("processor\t: 0\nmodel name\t: Xeon\nflags\t\t: fpu avx512_bf16 amx_bf16\n\n"
+               "processor\t: 1\nflags\t\t: fpu\n")
+    assert cpu_flags(cpuinfo) == {"fpu", "avx512_bf16", "amx_bf16"}
+    assert first_cpu(cpuinfo)["model name"] == "Xeon"
+    assert cpu_flags("") == frozenset()
+    assert precision_for("auto", cpu_flags(cpuinfo)).dtype == "bfloat16"
+
+
+def test_the_first_line_of_a_training_rank_says_its_precision_and_why():
+    threads = Threads(4, 4, 4)
+    native = rank_line("n1", 0, "worker", (0,), 1, threads, precision_for("auto", ZEN_4))
+    assert native.endswith("; computes in bfloat16 (auto; the CPU has native bfloat16)")
+    emulated = rank_line("n1", 0, "worker", (0,), 1, threads, precision_for("auto", ZEN_3))
+    assert emulated.endswith("; computes in float32 (auto; the CPU has no native bfloat16)")
+    asked = rank_line("n1", 0, "worker", (0,), 1, threads, precision_for("bfloat16", ZEN_3))
+    assert asked.endswith("; computes in bfloat16 (model.precision; the CPU has no native "
+                          "bfloat16)")

@@ -41,11 +41,12 @@ def test_first_lines_are_found_where_mpiexec_ran_two_ranks_lines_together():
     stderr = ("rank 0 (chief+worker) on node1: 1 of 2 CPUs bound (0); threads: 2 simulator, "
               "1 intra-op, 1 inter-op\nwarning: rank 0 bound to 1 of 2 CPUs (...)rank 1 "
               "(worker) on node2: 1 of 2 CPUs bound (1); threads: 2 simulator, 1 intra-op, "
-              "1 inter-op\nrank 2 (ps) on node3: 2 of 2 CPUs bound (0-1); no simulators, no "
-              "TensorFlow\nstep 10 t=5s\n")
+              "1 inter-op; computes in bfloat16 (auto; the CPU has native bfloat16)\nrank 2 "
+              "(ps) on node3: 2 of 2 CPUs bound (0-1); no simulators, no TensorFlow\nstep 10 "
+              "t=5s\n")
     assert FIRST_LINE.findall(stderr) == [
         "rank 0 (chief+worker) on node1: 1 of 2 CPUs bound (0); threads: 2 simulator, "
         "1 intra-op, 1 inter-op",
         "rank 1 (worker) on node2: 1 of 2 CPUs bound (1); threads: 2 simulator, 1 intra-op, "
-        "1 inter-op",
+        "1 inter-op; computes in bfloat16 (auto; the CPU has native bfloat16)",
         "rank 2 (ps) on node3: 2 of 2 CPUs bound (0-1); no simulators, no TensorFlow"]

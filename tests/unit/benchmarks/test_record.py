@@ -24,6 +24,8 @@ def test_cpu_description_names_the_first_cpu_and_its_widest_vector_instructions(
             == "AMD EPYC 9B14 (family 25, model 17, 2.6 GHz, AVX-512)")
     assert cpu_description(first.replace(" avx512f avx512bw", "")).endswith("GHz, AVX2)")
     assert cpu_description("flags\t: fpu\n") == "unknown CPU (family ?, model ?, no AVX2)"
+    assert cpu_description(first.replace("avx512bw", "avx512bw avx512_bf16")).endswith(
+        "GHz, AVX-512, native bfloat16)")
 
 
 def test_command_line_names_the_config_only_when_it_is_not_the_default():
