@@ -11,7 +11,9 @@ entry under ``docs/log``, :func:`dba3c.benchmarks.record.record`):
 4. node efficiency against two ceilings: the lower of the emulator and compute data point
    rates (each alone on all cores), and the combined ceiling (both sharing the cores
    perfectly, :func:`combined_ceiling`);
-5. MFU = (3) x FLOPs per data point / the matmul FLOP/s measured in the same run;
+5. MFU = (3) x FLOPs per data point / the matmul FLOP/s measured in the same run, in the
+   precision the network computes in (``model.precision``: a bfloat16 network against
+   TensorFlow's bfloat16 matmul, measured like float32's);
 6. distributed overhead: 1 worker + 1 PS against (3), and W = 2, 4 on this host (full run);
 plus peak RSS per rank and the bytes each worker sends and receives per step.
 
@@ -38,6 +40,7 @@ import numpy as np
 
 from dba3c.benchmarks.record import RssSampler, command_line, machine_description, record
 from dba3c.config import Config
+from dba3c.cpus import this_cpu_precision
 from dba3c.distributed.wire import HEADER
 from dba3c.preset import load_config
 from dba3c.training.profiling import WorkerLaps, section_table
@@ -127,7 +130,8 @@ def compute_ceilings(cfg: Config, spec: NetSpec, seconds: float) -> dict:
     of ``train.batch_size``) of the network alone, on random data."""
     from dba3c.learning.learner import Learner
 
-    learner = Learner(spec, cfg.train, spec.init_params(0))
+    learner = Learner(spec, cfg.train, spec.init_params(0),
+                      precision=this_cpu_precision(cfg.model.precision).dtype)
     rng = np.random.default_rng(0)
     dtype = np.float32 if spec.kind == "mlp" else np.uint8
     obs_p = rng.integers(0, 255, size=(cfg.env.batch_size, *spec.obs_shape)).astype(dtype)
@@ -143,11 +147,12 @@ def compute_ceilings(cfg: Config, spec: NetSpec, seconds: float) -> dict:
             "data_points_per_s": combined_rate(predict_rate, train_rate, cfg.train.t_max)}
 
 
-def matmul_peak(seconds: float, n: int = 2048) -> float:
-    """FP32 FLOP/s of TensorFlow's n x n matmul on all cores (2 n^3 per product)."""
+def matmul_peak(seconds: float, dtype: str = "float32", n: int = 2048) -> float:
+    """FLOP/s of TensorFlow's n x n matmul in ``dtype`` (float32 or bfloat16) on all cores
+    (2 n^3 per product)."""
     import tensorflow as tf
 
-    x = tf.random.normal([n, n])
+    x = tf.cast(tf.random.normal([n, n]), dtype)
     calls, elapsed = _timed(lambda: tf.linalg.matmul(x, x).numpy(), seconds)
     return 2.0 * n ** 3 * calls / elapsed
 
@@ -347,6 +352,7 @@ def run_bench(config: str, overrides: list[str], quick: bool,
     results: dict = {"config": config, "overrides": list(overrides), "quick": quick,
                      "date": date.today().isoformat(), "machine": machine_description(),
                      "cpu_kernels": kernels, "parameters": layout.num_params,
+                     "precision": this_cpu_precision(cfg.model.precision).dtype,
                      "flops_per_data_point": spec.flops_per_data_point(),
                      "bytes_per_step_per_worker": bytes_per_step(layout.num_params,
                                                                  cfg.dist.ps),
@@ -355,8 +361,8 @@ def run_bench(config: str, overrides: list[str], quick: bool,
     results["emulator"] = emulator_ceiling(cfg, 5 if quick else 15)
     progress("bench 2/6: compute ceilings (prediction, training)")
     results["compute"] = compute_ceilings(cfg, spec, 10 if quick else 30)
-    progress("bench 3/6: matmul peak")
-    results["matmul_flops_per_s"] = matmul_peak(3 if quick else 10)
+    progress(f"bench 3/6: matmul peak in {results['precision']}")
+    results["matmul_flops_per_s"] = matmul_peak(3 if quick else 10, results["precision"])
     progress(f"bench 4/6: end-to-end single process, {train_s} s")
     single = run_training(config, overrides, 0, train_s)
     results["single"] = single
@@ -413,7 +419,8 @@ def markdown_table(r: dict, command: str) -> str:
         f"{r['node_efficiency']:.2f} |",
         f"| 4. node efficiency against the combined ceiling | "
         f"{r['node_efficiency_combined']:.2f} |",
-        f"| 5. MFU (matmul peak {r['matmul_flops_per_s'] / 1e9:.0f} GFLOP/s) | "
+        f"| 5. MFU ({r['precision']} matmul peak {r['matmul_flops_per_s'] / 1e9:.0f} "
+        f"GFLOP/s) | "
         f"{r['mfu']:.2f} |",
         f"| 6. 1 worker + 1 PS | {dist['1']['data_points_per_s']:.0f} data points/s "
         f"(overhead {100 * r['distributed_overhead']:.0f}%{_spread(r)}) |"]

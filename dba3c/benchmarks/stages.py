@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from dba3c.cpus import this_cpu_precision
 from dba3c.preset import load_config
 
 
@@ -93,7 +94,8 @@ def measure(config: str, overrides: list[str], calls: int, warmup: int = 3) -> d
 
     cfg = load_config(config, overrides)
     spec = make_net_spec(cfg.model, *env_spaces(cfg))
-    learner = Learner(spec, cfg.train, spec.init_params(0), staged=True)
+    precision = this_cpu_precision(cfg.model.precision).dtype
+    learner = Learner(spec, cfg.train, spec.init_params(0), staged=True, precision=precision)
     batch = synthetic_batch(spec, cfg.train.batch_size, (0, 0, 1))
     data = (batch.obs, batch.a, batch.R)
 
@@ -119,7 +121,7 @@ def measure(config: str, overrides: list[str], calls: int, warmup: int = 3) -> d
         spans.append((step, *stage_spans(clock.forward_at, clock.backward_at)))
     bounds = [*learner.buckets, learner.layout.num_params]
     return {"config": config, "overrides": overrides, "kind": spec.kind,
-            "batch": cfg.train.batch_size, "calls": calls,
+            "precision": precision, "batch": cfg.train.batch_size, "calls": calls,
             "gradient_ms": median_ms(one_s), "staged_ms": median_ms(staged_s),
             "bucket_params": [hi - lo for lo, hi in zip(bounds[:-1], bounds[1:])],
             "stage_flops": spec.stage_flops(),
@@ -135,7 +137,7 @@ def stages_table(r: dict) -> str:
     """The results as a Markdown table, one row per stage."""
     flops_f, flops_b = flop_fractions(r["stage_flops"])
     num_stages = len(r["stage_flops"])
-    lines = [f"{r['config']} ({r['kind']}, batch {r['batch']}): gradient() "
+    lines = [f"{r['config']} ({r['kind']} in {r['precision']}, batch {r['batch']}): gradient() "
              f"{r['gradient_ms']:.1f} ms, staged_gradient() {r['staged_ms']:.1f} ms "
              f"(x{r['staged_ms'] / r['gradient_ms']:.3f}), medians of {r['calls']} "
              f"interleaved calls; stage fractions of a {r['step_ms']:.1f} ms staged step:", "",

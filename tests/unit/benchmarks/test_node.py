@@ -57,7 +57,7 @@ def test_sandwiched_overheads_compare_each_run_with_the_runs_around_it():
 def _bench_results() -> dict:
     rss = {"peak_rss_mb": {"process": 700.0}}
     return {"quick": True, "date": "2026-11-22", "machine": "test CPU", "config": "c.yaml",
-               "cpu_kernels": "TensorFlow oneDNN",
+               "cpu_kernels": "TensorFlow oneDNN", "precision": "bfloat16",
                "overrides": [], "parameters": 1000, "flops_per_data_point": 5e8,
                "emulator": {"env_steps_per_s": 9000.0, "frames_per_s": 36000.0},
                "compute": {"predict_states_per_s": 1000.0, "train_samples_per_s": 500.0,
@@ -77,7 +77,8 @@ def test_markdown_table_shows_every_measure():
     for fragment in ["9000 env steps/s", "312 data points/s together", "| 0.96 |",
                      "(emulation and network share the cores) | 302 data points/s |",
                      "against the combined ceiling | 0.99 |",
-                     "matmul peak 180 GFLOP/s) | 0.83 |", "(overhead 3%, one pair of runs)",
+                     "MFU (bfloat16 matmul peak 180 GFLOP/s) | 0.83 |",
+                     "(overhead 3%, one pair of runs)",
                      "2 workers + 1 PS, one host | 295", "rank0 700, rank1 300",
                      "sent 4,032", "Machine: test CPU; TensorFlow oneDNN CPU kernels;"]:
         assert fragment in text, fragment
