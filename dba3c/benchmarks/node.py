@@ -38,10 +38,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dba3c.benchmarks.record import RssSampler, command_line, machine_description, record
+from dba3c.benchmarks.record import command_line, machine_description, record
 from dba3c.config import Config
 from dba3c.cpus import this_cpu_precision
 from dba3c.distributed.wire import HEADER
+from dba3c.launchers.peak_rss import RssSampler
+from dba3c.launchers.trial import run_training
 from dba3c.preset import load_config
 from dba3c.training.profiling import WorkerLaps, section_table
 from dba3c.training.rundir import RunDir
@@ -155,42 +157,6 @@ def matmul_peak(seconds: float, dtype: str = "float32", n: int = 2048) -> float:
     x = tf.cast(tf.random.normal([n, n]), dtype)
     calls, elapsed = _timed(lambda: tf.linalg.matmul(x, x).numpy(), seconds)
     return 2.0 * n ** 3 * calls / elapsed
-
-
-def run_training(config: str, overrides: list[str], workers: int, seconds: float) -> dict:
-    """Train for ``seconds`` (one process when ``workers`` is 0, else ``dba3c launch``);
-    steady-state data points/s, time fractions, and peak RSS per rank. An exception while it
-    trains (KeyboardInterrupt) ends the training process first."""
-    from dba3c.training.metrics import steady_throughput
-
-    with tempfile.TemporaryDirectory(prefix="dba3c-bench-") as run_dir:
-        args = [config, *overrides, f"run.dir={run_dir}", f"train.max_seconds={seconds}",
-                "train.max_steps=0", "eval.every=0", "run.progress=none", "run.log_every=10",
-                "run.checkpoint_every=0"]
-        cmd = [sys.executable, "-m", "dba3c"] + (
-            ["train", *args] if workers == 0 else ["launch", *args, "--workers", str(workers)])
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True, env=env)
-        sampler = RssSampler(proc.pid)
-        sampler.start()
-        try:
-            _, err = proc.communicate()
-        except BaseException:  # Ctrl-C (dba3c tune): the trial ends before its directory
-            proc.terminate()
-            proc.wait()
-            raise
-        finally:
-            rss = sampler.stop()
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {err[-2000:]}")
-        metrics = RunDir(run_dir).read_metrics()
-    tail = metrics[len(metrics) // 2:]
-    fractions = {k: float(np.mean([m[k] for m in tail if m.get(k) is not None]))
-                 for k in ("time/compute", "time/predict", "time/wait_params",
-                           "time/wait_data") if any(m.get(k) is not None for m in tail)}
-    return {"data_points_per_s": steady_throughput(metrics), "steps": metrics[-1]["step"],
-            **fractions, "peak_rss_mb": rss}
 
 
 def profile_worker(config: str, overrides: list[str], window_s: float,

@@ -2,7 +2,6 @@
 
 - :func:`machine_description`: CPU model, logical cores and memory of this machine;
 - :func:`command_line`: the ``dba3c bench`` command that reproduces a measurement;
-- :class:`RssSampler`: peak RSS (VmHWM) of a process tree's MPI ranks;
 - :func:`record`: the results as JSON under ``bench/`` (:func:`write_results`, atomic) and,
   when asked (``dba3c bench BENCH --log``), the Markdown page as a new log entry
   ``docs/log/<YYYY-MM-DD>-bench-<kind>.md`` (:func:`write_log`, never overwriting one). No
@@ -14,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import threading
-import time
 from datetime import date
 from pathlib import Path
 
@@ -60,94 +57,6 @@ def command_line(options: str, config: str, overrides: list[str]) -> str:
     return ("dba3c bench" + options
             + (f" --config {config}" if config != "configs/breakout.yaml" else "")
             + "".join(f" {o}" for o in overrides))
-
-
-class RssSampler(threading.Thread):
-    """Peak RSS (VmHWM) of every descendant of a process that announces an MPI rank (or of
-    the process itself), sampled every ``interval`` seconds from /proc."""
-
-    def __init__(self, pid: int, interval: float = 1.0):
-        super().__init__(daemon=True)
-        self.pid, self.interval = pid, interval
-        self.peak_mb: dict[str, float] = {}
-        self.series: list[tuple[float, dict[str, float]]] = []  # (seconds, peak so far)
-        self._finished = threading.Event()
-        self._lock = threading.Lock()
-
-    def run(self) -> None:
-        start = time.monotonic()
-        while not self._finished.wait(self.interval):
-            self.sample()
-            self.series.append((time.monotonic() - start, dict(self.peak_mb)))
-
-    def sample(self) -> None:
-        """Read every process's peak now."""
-        with self._lock:
-            for pid in [self.pid, *_descendants(self.pid)]:
-                hwm, rank = _vm_hwm_mb(pid), _rank_of(pid)
-                if hwm is not None and (rank is not None or pid == self.pid):
-                    key = f"rank{rank}" if rank is not None else "process"
-                    self.peak_mb[key] = max(self.peak_mb.get(key, 0.0), hwm)
-
-    def restart(self) -> dict[str, float]:
-        """The peaks until now (MB by rank, sampled once more); then start again from every
-        rank's current RSS (the kernel's VmHWM reset through /proc/PID/clear_refs), e.g.
-        when the ranks of a job go on to another run."""
-        self.sample()
-        with self._lock:
-            peaks, self.peak_mb = dict(sorted(self.peak_mb.items())), {}
-            for pid in _descendants(self.pid):
-                if _rank_of(pid) is not None:
-                    try:
-                        Path(f"/proc/{pid}/clear_refs").write_text("5")
-                    except OSError:
-                        continue
-        return peaks
-
-    def stop(self) -> dict[str, float]:
-        """Stop sampling; peak RSS in MB by rank."""
-        self._finished.set()
-        self.join()
-        return dict(sorted(self.peak_mb.items()))
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _vm_hwm_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        return None
-    return None
-
-
-def _rank_of(pid: int) -> int | None:
-    try:
-        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return None
-    for item in env:
-        if item.startswith(b"PMI_RANK="):
-            return int(item.split(b"=", 1)[1])
-    return None
 
 
 def write_results(results: dict, out_json: Path) -> None:

@@ -4,7 +4,7 @@
     dba3c train configs/breakout_64.yaml --overrides node.yaml     # any preset takes it
 
 Each trial is a fresh ``dba3c train`` process (evaluation and checkpoints off) whose
-steady-state data points/s :func:`dba3c.benchmarks.node.run_training` reads, for one setting
+steady-state data points/s :func:`dba3c.launchers.trial.run_training` reads, for one setting
 of ``env.num_envs``, ``env.batch_size`` and TensorFlow's intra/inter-op threads, chosen by
 the coordinate descent of :mod:`dba3c.launchers.tune_search` within ``--seconds``. Every
 measured trial goes to a state file (this module owns its format); a re-run with the same
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import yaml
 
-from dba3c.benchmarks.node import run_training
 from dba3c.benchmarks.record import machine_description
 from dba3c.config import Config
 from dba3c.cpus import bound_cpus
 from dba3c.errors import UserError
+from dba3c.launchers.trial import run_training
 from dba3c.launchers.tune_search import (
     STARTUP_S,
     TUNED_KEYS,

@@ -43,7 +43,7 @@ from typing import IO, Any, TypeVar
 
 from dba3c.benchmarks.emulated import EmulatedCluster, link_rate, require_emulation
 from dba3c.benchmarks.proctree import EXITED, INTERRUPTED, TIMED_OUT, Interrupt, ProcessTree
-from dba3c.benchmarks.record import RssSampler, machine_description
+from dba3c.benchmarks.record import machine_description
 from dba3c.benchmarks.scale.grid import (
     EVERY_POINT,
     ScalePoint,
@@ -61,6 +61,7 @@ from dba3c.config import Config, DistConfig
 from dba3c.distributed.roles import overlaps, required_world_size
 from dba3c.errors import Interrupted
 from dba3c.games.envs import env_spaces, spaces_key
+from dba3c.launchers.peak_rss import RssSampler
 from dba3c.learning.models import make_net_spec
 from dba3c.preset import load_config, num_params_of
 from dba3c.training.rundir import RunDir

@@ -1,14 +1,12 @@
-"""The benchmark harness's measurement helpers on a real child process
-(dba3c.benchmarks.record.RssSampler)."""
+"""The peak RSS of a launched process tree (dba3c.launchers.peak_rss.RssSampler) on a real
+child process."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from dba3c.benchmarks.record import (
-    RssSampler,
-)
+from dba3c.launchers.peak_rss import RssSampler
 
 
 def test_rss_sampler_sees_a_child_allocating_memory():
