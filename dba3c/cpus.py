@@ -15,12 +15,14 @@ it) says so once, naming the fix: its threads would share a few cores while the 
 The CPU's features come from ``/proc/cpuinfo`` (:func:`read_cpuinfo`, the one place that reads
 it): whether it computes bfloat16 natively decides ``model.precision: auto``
 (:func:`precision_for`), and a rank that trains says in its first line which precision it
-computes in.
+computes in. A measurement records the machine it ran on (:func:`machine_description`: the
+CPU model and its features, the logical cores, the memory).
 """
 
 from __future__ import annotations
 
 import os
+import platform
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,6 +163,36 @@ def precision_for(setting: str, flags: Iterable[str]) -> Precision:
 def this_cpu_precision(setting: str) -> Precision:
     """``model.precision`` ``setting`` on this machine's CPU."""
     return precision_for(setting, cpu_flags(read_cpuinfo()))
+
+
+def cpu_description(cpuinfo: str) -> str:
+    """The first CPU of a /proc/cpuinfo text: model name, family and model numbers, clock,
+    the widest vector instructions it lists (AVX-512, AVX2 or neither) and whether it has
+    native bfloat16 (:data:`BFLOAT16_FLAGS`)."""
+    fields = first_cpu(cpuinfo)
+    flags = cpu_flags(cpuinfo)
+    vector = ("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags
+              else "no AVX2")
+    if has_native_bfloat16(flags):
+        vector += ", native bfloat16"
+    mhz = fields.get("cpu MHz")
+    clock = f", {float(mhz) / 1000:.1f} GHz" if mhz else ""
+    return (f"{fields.get('model name', 'unknown CPU')} (family {fields.get('cpu family', '?')}"
+            f", model {fields.get('model', '?')}{clock}, {vector})")
+
+
+def machine_description() -> str:
+    """CPU model, logical cores and memory of this machine."""
+    cpuinfo = read_cpuinfo()
+    model = cpu_description(cpuinfo) if cpuinfo else platform.processor() or "unknown CPU"
+    try:
+        mem_kb = next(int(line.split()[1]) for line in
+                      Path("/proc/meminfo").read_text().splitlines()
+                      if line.startswith("MemTotal:"))
+        memory = f", {mem_kb / 2 ** 20:.0f} GiB"
+    except (OSError, StopIteration):
+        memory = ""
+    return f"{model}, {os.cpu_count()} logical cores{memory}"
 
 
 def rank_line(host: str, rank: int, role: str, cpus: Sequence[int], node_cpus: int,

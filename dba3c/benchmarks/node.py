@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dba3c.benchmarks.record import command_line, machine_description, record
+from dba3c.benchmarks.record import command_line, record
 from dba3c.config import Config
-from dba3c.cpus import this_cpu_precision
+from dba3c.cpus import machine_description, this_cpu_precision
 from dba3c.distributed.wire import HEADER
 from dba3c.launchers.peak_rss import RssSampler
 from dba3c.launchers.trial import run_training

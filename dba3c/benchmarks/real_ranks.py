@@ -49,8 +49,9 @@ import time
 from pathlib import Path
 
 from dba3c.benchmarks.emulated import EmulatedCluster
-from dba3c.benchmarks.record import machine_description, write_results
+from dba3c.benchmarks.record import write_results
 from dba3c.benchmarks.scale.cluster import steady_step_seconds
+from dba3c.cpus import machine_description
 from dba3c.errors import UserError
 from dba3c.launchers.local import (
     find_mpiexec,

@@ -1,6 +1,5 @@
 """What ``dba3c bench`` node, profile, long and scale record beside their figures, and where.
 
-- :func:`machine_description`: CPU model, logical cores and memory of this machine;
 - :func:`command_line`: the ``dba3c bench`` command that reproduces a measurement;
 - :func:`record`: the results as JSON under ``bench/`` (:func:`write_results`, atomic) and,
   when asked (``dba3c bench BENCH --log``), the Markdown page as a new log entry
@@ -11,43 +10,10 @@
 from __future__ import annotations
 
 import json
-import os
-import platform
 from datetime import date
 from pathlib import Path
 
-from dba3c.cpus import cpu_flags, first_cpu, has_native_bfloat16, read_cpuinfo
 from dba3c.training.rundir import write_atomic
-
-
-def cpu_description(cpuinfo: str) -> str:
-    """The first CPU of a /proc/cpuinfo text: model name, family and model numbers, clock,
-    the widest vector instructions it lists (AVX-512, AVX2 or neither) and whether it has
-    native bfloat16 (:data:`dba3c.cpus.BFLOAT16_FLAGS`)."""
-    fields = first_cpu(cpuinfo)
-    flags = cpu_flags(cpuinfo)
-    vector = ("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags
-              else "no AVX2")
-    if has_native_bfloat16(flags):
-        vector += ", native bfloat16"
-    mhz = fields.get("cpu MHz")
-    clock = f", {float(mhz) / 1000:.1f} GHz" if mhz else ""
-    return (f"{fields.get('model name', 'unknown CPU')} (family {fields.get('cpu family', '?')}"
-            f", model {fields.get('model', '?')}{clock}, {vector})")
-
-
-def machine_description() -> str:
-    """CPU model, logical cores and memory of this machine."""
-    cpuinfo = read_cpuinfo()
-    model = cpu_description(cpuinfo) if cpuinfo else platform.processor() or "unknown CPU"
-    try:
-        mem_kb = next(int(line.split()[1]) for line in
-                      Path("/proc/meminfo").read_text().splitlines()
-                      if line.startswith("MemTotal:"))
-        memory = f", {mem_kb / 2 ** 20:.0f} GiB"
-    except (OSError, StopIteration):
-        memory = ""
-    return f"{model}, {os.cpu_count()} logical cores{memory}"
 
 
 def command_line(options: str, config: str, overrides: list[str]) -> str:

@@ -21,9 +21,8 @@ from pathlib import Path
 
 import yaml
 
-from dba3c.benchmarks.record import machine_description
 from dba3c.config import Config
-from dba3c.cpus import bound_cpus
+from dba3c.cpus import bound_cpus, machine_description
 from dba3c.errors import UserError
 from dba3c.launchers.trial import run_training
 from dba3c.launchers.tune_search import (

@@ -1,7 +1,7 @@
 """dba3c.cpus: CPU lists, the pools sized from the bound CPUs, the binding warning, the
 precision ``model.precision: auto`` picks from a CPU's flags (faked here: Sapphire Rapids and
-Zen 4 have native bfloat16, Zen 3 has not) and a rank's first line, with expected values
-written out here."""
+Zen 4 have native bfloat16, Zen 3 has not), the CPU's description and a rank's first line,
+with expected values written out here."""
 
 import os
 
@@ -12,6 +12,7 @@ from dba3c.cpus import (
     Threads,
     binding_warning,
     bound_cpus,
+    cpu_description,
     cpu_flags,
     cpu_ranges,
     first_cpu,
@@ -98,6 +99,19 @@ def test_the_flags_are_the_first_processor_s():
     assert first_cpu(cpuinfo)["model name"] == "Xeon"
     assert cpu_flags("") == frozenset()
     assert precision_for("auto", cpu_flags(cpuinfo)).dtype == "bfloat16"
+
+
+def test_cpu_description_names_the_first_cpu_and_its_widest_vector_instructions():
+    first = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+             "model name\t: AMD EPYC 9B14\ncpu MHz\t\t: 2596.144\n"
+             "flags\t\t: fpu sse2 avx2 fma avx512f avx512bw\n")
+    second = "processor\t: 1\nmodel name\t: Other\nflags\t\t: fpu\n"
+    assert (cpu_description(first + "\n" + second)
+            == "AMD EPYC 9B14 (family 25, model 17, 2.6 GHz, AVX-512)")
+    assert cpu_description(first.replace(" avx512f avx512bw", "")).endswith("GHz, AVX2)")
+    assert cpu_description("flags\t: fpu\n") == "unknown CPU (family ?, model ?, no AVX2)"
+    assert cpu_description(first.replace("avx512bw", "avx512bw avx512_bf16")).endswith(
+        "GHz, AVX-512, native bfloat16)")
 
 
 def test_the_first_line_of_a_training_rank_says_its_precision_and_why():

@@ -43,7 +43,6 @@ from typing import IO, Any, TypeVar
 
 from dba3c.benchmarks.emulated import EmulatedCluster, link_rate, require_emulation
 from dba3c.benchmarks.proctree import EXITED, INTERRUPTED, TIMED_OUT, Interrupt, ProcessTree
-from dba3c.benchmarks.record import machine_description
 from dba3c.benchmarks.scale.grid import (
     EVERY_POINT,
     ScalePoint,
@@ -58,6 +57,7 @@ from dba3c.benchmarks.scale.grid import (
 from dba3c.benchmarks.scale.job import JobRun, job_event, write_job
 from dba3c.benchmarks.scale.model import Bucket, model_step_seconds, net_buckets
 from dba3c.config import Config, DistConfig
+from dba3c.cpus import machine_description
 from dba3c.distributed.roles import overlaps, required_world_size
 from dba3c.errors import Interrupted
 from dba3c.games.envs import env_spaces, spaces_key

@@ -1,6 +1,6 @@
-"""The benchmark harness's records (dba3c.benchmarks.record): the machine's description, the
-command line, the JSON and the docs/log entries (the timings themselves are recorded by
-``make bench``, never asserted)."""
+"""The benchmark harness's records (dba3c.benchmarks.record): the command line, the JSON and
+the docs/log entries (the timings themselves are recorded by ``make bench``, never
+asserted)."""
 
 from __future__ import annotations
 
@@ -9,23 +9,9 @@ from datetime import date
 
 from dba3c.benchmarks.record import (
     command_line,
-    cpu_description,
     record,
     write_log,
 )
-
-
-def test_cpu_description_names_the_first_cpu_and_its_widest_vector_instructions():
-    first = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
-             "model name\t: AMD EPYC 9B14\ncpu MHz\t\t: 2596.144\n"
-             "flags\t\t: fpu sse2 avx2 fma avx512f avx512bw\n")
-    second = "processor\t: 1\nmodel name\t: Other\nflags\t\t: fpu\n"
-    assert (cpu_description(first + "\n" + second)
-            == "AMD EPYC 9B14 (family 25, model 17, 2.6 GHz, AVX-512)")
-    assert cpu_description(first.replace(" avx512f avx512bw", "")).endswith("GHz, AVX2)")
-    assert cpu_description("flags\t: fpu\n") == "unknown CPU (family ?, model ?, no AVX2)"
-    assert cpu_description(first.replace("avx512bw", "avx512bw avx512_bf16")).endswith(
-        "GHz, AVX-512, native bfloat16)")
 
 
 def test_command_line_names_the_config_only_when_it_is_not_the_default():
