@@ -67,6 +67,7 @@ def _between(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = Fal
 
 COLLECTIVE_ALGORITHMS = ("recursive", "mpi")  # dist.collective_algorithm's values
 PRECISIONS = ("auto", "float32", "bfloat16")  # model.precision's values
+WIRE_DTYPES = ("float32", "bfloat16")  # dist.wire_dtype's values
 
 
 def _one_of(*choices: str) -> Check:
@@ -256,6 +257,12 @@ class DistConfig:
                                       "(MPICH; set before MPI starts); mpi: the MPI library's "
                                       "own choice (MPICH: pairwise and ring, W - 1 rounds each, "
                                       "above 512 KB)")
+    wire_dtype: str = _opt("float32", _one_of(*WIRE_DTYPES), "the gradients' type on the wire "
+                           "(both aggregations; parameters stay float32): float32, or "
+                           "bfloat16, half the bytes: each worker's gradient rounded to 8 "
+                           "significant bits, summed in float32 where gradients meet (a "
+                           "parameter server; in a collective, each partial sum is rounded "
+                           "again before it moves on)")
 
     @property
     def collective_poll_s(self) -> float:

@@ -168,7 +168,9 @@ class Collectives(Protocol):
 
     Every member starts the same operations in the same order; ``counts[r]`` is group rank
     r's part of a vector split in contiguous parts. Keep the buffers unchanged (send) and
-    unread (receive) until the request completes.
+    unread (receive) until the request completes. Sums take float32, int64 or bfloat16
+    (``ml_dtypes.bfloat16``) vectors; bfloat16 ones are added two at a time in float32, each
+    sum rounded to bfloat16.
     """
 
     rank: int

@@ -41,9 +41,10 @@ import numpy as np
 from dba3c.benchmarks.record import command_line, record
 from dba3c.config import Config
 from dba3c.cpus import machine_description, this_cpu_precision
-from dba3c.distributed.wire import HEADER
+from dba3c.distributed.wire import GradMsg, framed_size
 from dba3c.launchers.peak_rss import RssSampler
 from dba3c.launchers.trial import run_training
+from dba3c.learning.params import shard_bounds
 from dba3c.preset import load_config
 from dba3c.training.profiling import WorkerLaps, section_table
 from dba3c.training.rundir import RunDir
@@ -89,11 +90,13 @@ def sandwiched_overheads(singles: list[float], dists: list[float]) -> list[float
     return [1.0 - d / ((s0 + s1) / 2) for d, s0, s1 in zip(dists, singles, singles[1:])]
 
 
-def bytes_per_step(num_params: int, num_ps: int) -> dict:
-    """Bytes one worker sends (its gradient, one shard per PS) and receives (the new
-    parameters, one shard per PS) per synchronous step, headers included."""
-    vector = 4 * (num_params + HEADER * num_ps)  # float32 slots
-    return {"sent": vector, "received": vector}
+def bytes_per_step(num_params: int, num_ps: int, wire: str = "float32") -> dict:
+    """Bytes one worker sends (its gradient, one shard per PS, in ``dist.wire_dtype``
+    ``wire``) and receives (the new parameters, one float32 shard per PS) per synchronous
+    step, headers included."""
+    shards = [hi - lo for lo, hi in shard_bounds(num_params, num_ps)]
+    return {"sent": 4 * sum(GradMsg.size(n, wire) for n in shards),  # float32 slots
+            "received": 4 * sum(framed_size(n) for n in shards)}
 
 
 def _timed(fn: Callable[[], object], seconds: float, warmup: int = 3) -> tuple[int, float]:
@@ -320,8 +323,8 @@ def run_bench(config: str, overrides: list[str], quick: bool,
                      "cpu_kernels": kernels, "parameters": layout.num_params,
                      "precision": this_cpu_precision(cfg.model.precision).dtype,
                      "flops_per_data_point": spec.flops_per_data_point(),
-                     "bytes_per_step_per_worker": bytes_per_step(layout.num_params,
-                                                                 cfg.dist.ps),
+                     "bytes_per_step_per_worker": bytes_per_step(
+                         layout.num_params, cfg.dist.ps, cfg.dist.wire_dtype),
                      "distributed": {}}
     progress("bench 1/6: emulator ceiling")
     results["emulator"] = emulator_ceiling(cfg, 5 if quick else 15)

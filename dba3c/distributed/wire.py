@@ -5,8 +5,15 @@ This is the only module that knows where a field sits in a buffer. The float32 m
 ``HEADER`` float32 slots, its fields named by each kind; the payload follows. The small ones
 are float64 or int64 vectors. ``END`` as a version or step means "nothing more from me".
 
+A gradient may travel in bfloat16 (``dist.wire_dtype``): each element rounded to the nearest
+bfloat16 (8 significant bits, float32's exponent range; a non-finite element stays
+non-finite), two to a float32 slot, so half the bytes; it is float32 again once decoded
+(:func:`to_wire`, :func:`from_wire`).
+
   kind          tag                direction             header / vector
-  GradMsg       GRAD               worker -> PS p        (version, rank); g[shard p]; BYE
+  GradMsg       GRAD               worker -> PS p        (version, rank, wire dtype, n);
+                                                         g[shard p] in float32 or bfloat16;
+                                                         BYE
   ParamsMsg     PARAMS, SNAPSHOT   PS p -> worker/eval.  (version, nonfinite streak, final);
                                                          theta[shard p]; DONE
   StateMsg      STATE              chief <-> PS p        (version, update count, final);
@@ -28,8 +35,10 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, ClassVar, Protocol, Self
 
+import ml_dtypes
 import numpy as np
 
+from dba3c.config import WIRE_DTYPES  # a GradMsg's header names one by its index
 from dba3c.learning.params import ShardPlan
 from dba3c.training.report import VECTOR_SIZE, WorkerReport
 
@@ -105,6 +114,37 @@ def _read_counted(buf: np.ndarray) -> tuple[int, list]:
     return int(buf[0]), buf[2:2 + int(buf[1])].tolist()
 
 
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def to_wire(x: np.ndarray, wire: str) -> np.ndarray:
+    """float32 ``x`` as it travels: itself (float32), or rounded to the nearest bfloat16 (ties
+    to even; NaN and infinities stay non-finite)."""
+    return x if wire == "float32" else x.astype(BFLOAT16)
+
+
+def from_wire(x: np.ndarray) -> np.ndarray:
+    """What :func:`to_wire` sent, as float32 (exact: every bfloat16 is a float32)."""
+    return x if x.dtype == np.float32 else x.astype(np.float32)
+
+
+def _packed(x: np.ndarray, wire: str) -> np.ndarray:
+    """float32 ``x`` as float32 slots of a message: itself, or its bfloat16 bits two to a
+    slot (the last slot half empty for an odd length)."""
+    if wire == "float32":
+        return x
+    bits = np.zeros(2 * ((x.size + 1) // 2), np.uint16)
+    bits[:x.size] = to_wire(x, wire).view(np.uint16)
+    return bits.view(np.float32)
+
+
+def _unpacked(body: np.ndarray, n: int, wire: str) -> np.ndarray:
+    """The ``n`` float32 values :func:`_packed` put at the start of ``body``."""
+    if wire == "float32":
+        return body[:n]
+    return from_wire(body.view(np.uint16)[:n].view(BFLOAT16))
+
+
 def framed_size(n: int) -> int:
     """float32 slots of a header + ``n`` payload values (a receive buffer's size)."""
     return HEADER + n
@@ -118,28 +158,38 @@ def assemble(plan: ShardPlan, shards: Sequence[np.ndarray]) -> np.ndarray:
 @dataclass(frozen=True)
 class GradMsg:
     """A worker's gradient slice for one PS, computed at ``version``; BYE when version is
-    END (the worker sends nothing more)."""
+    END (the worker sends nothing more). ``wire``: how the slice travels, float32 or
+    bfloat16 (half the bytes; decoded, it is the slice rounded to bfloat16, in float32)."""
 
     TAG: ClassVar[Tag] = Tag.GRAD
     DTYPE: ClassVar[type[np.generic]] = np.float32
     version: int
     rank: int
     grad_shard: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    wire: str = "float32"
 
     @property
     def is_bye(self) -> bool:
         """The worker's last message."""
         return self.version == END
 
+    @staticmethod
+    def size(n: int, wire: str) -> int:
+        """float32 slots of a slice of ``n`` in ``wire`` (bfloat16: two to a slot)."""
+        return framed_size(n if wire == "float32" else (n + 1) // 2)
+
     def encode(self) -> np.ndarray:
-        """Header (version, rank), payload the slice."""
-        return _frame((self.version, self.rank), self.grad_shard)
+        """Header (version, rank, wire dtype, slice length), payload the slice as it
+        travels."""
+        return _frame((self.version, self.rank, WIRE_DTYPES.index(self.wire),
+                       self.grad_shard.size), _packed(self.grad_shard, self.wire))
 
     @classmethod
     def decode(cls, buf: np.ndarray) -> GradMsg:
-        """Inverse of :meth:`encode`."""
-        (version, rank, *_), body = _unframe(buf)
-        return cls(version, rank, body)
+        """Inverse of :meth:`encode` (the slice in float32)."""
+        (version, rank, dtype, n), body = _unframe(buf)
+        wire = WIRE_DTYPES[dtype]
+        return cls(version, rank, _unpacked(body, n, wire), wire)
 
 
 @dataclass(frozen=True)

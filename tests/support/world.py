@@ -7,6 +7,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, cast
 
+import ml_dtypes
 import numpy as np
 
 from dba3c.core import offsets
@@ -205,10 +206,20 @@ def contribution(world_rank: int) -> np.ndarray:
     return np.random.default_rng([world_rank]).normal(size=sum(COUNTS)).astype(np.float32)
 
 
+def round_to_bfloat16(x: np.ndarray) -> np.ndarray:
+    """Finite float32 ``x`` rounded to the nearest bfloat16 (ties to even), as float32: the
+    upper 16 bits of each float32 after adding just under half of bfloat16's last place,
+    plus the 16th bit (written here from the format, not with ml_dtypes)."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+    return rounded.astype(np.uint32).view(np.float32)
+
+
 def collectives_on(transport) -> tuple | None:
     """World rank 1 stays out; the others reduce-scatter, allreduce (a control vector and a
     float32 bucket, as a replicated first bucket is summed) and allgather, with the four
-    operations in flight at once."""
+    operations in flight at once; then reduce-scatter and allreduce the same contribution
+    in bfloat16 (``dist.wire_dtype``)."""
     group = transport.split(transport.rank != 1)
     if group is None:
         return None
@@ -222,9 +233,15 @@ def collectives_on(transport) -> tuple | None:
                 group.iallreduce(np.array([group.rank, 1], np.int64), total),
                 group.iallreduce(mine, summed),
                 group.iallgather(mine[start:start + COUNTS[group.rank]], gathered, COUNTS)]
+    mine16 = mine.astype(ml_dtypes.bfloat16)
+    part16 = np.zeros(COUNTS[group.rank], ml_dtypes.bfloat16)
+    summed16 = np.zeros(sum(COUNTS), ml_dtypes.bfloat16)
+    requests += [group.ireduce_scatter(mine16, part16, COUNTS),
+                 group.iallreduce(mine16, summed16)]
     while not all([r.test() for r in requests]):
         pass
-    return group.rank, group.size, part, total, gathered, summed
+    return (group.rank, group.size, part, total, gathered, summed, part16.astype(np.float32),
+            summed16.astype(np.float32))
 
 
 def check_collectives(results: list) -> None:
@@ -233,14 +250,23 @@ def check_collectives(results: list) -> None:
     full = cast(np.ndarray, sum(contribution(r).astype(np.float64) for r in members))
     pieces = np.concatenate([contribution(r)[o:o + n] for r, o, n in
                              zip(members, offsets(COUNTS), COUNTS)])
-    # every member's float32 sum has the same bits (a replicated first bucket relies on it)
-    sums = [results[r][5] for r in members]
-    assert all(np.array_equal(s.view(np.uint32), sums[0].view(np.uint32)) for s in sums)
-    np.testing.assert_allclose(sums[0], full, rtol=1e-6)
+    # bfloat16: each contribution rounded once, and each of the two sums of two partial sums
+    # once more, each rounding off by at most 2^-8 of what it rounds
+    magnitude = sum(np.abs(contribution(r)) for r in members)
+    bfloat16_tol = 3 * 2.0 ** -8 * magnitude
+    # every member's sum has the same bits (a replicated first bucket relies on it), in
+    # float32 and in bfloat16
+    for slot in (5, 7):
+        sums = [results[r][slot] for r in members]
+        assert all(np.array_equal(s.view(np.uint32), sums[0].view(np.uint32)) for s in sums)
+    np.testing.assert_allclose(results[0][5], full, rtol=1e-6)
+    assert np.all(np.abs(results[0][7] - full) <= bfloat16_tol)
+    assert np.array_equal(results[0][7], round_to_bfloat16(results[0][7]))  # bfloat16 values
     for group_rank, world_rank in enumerate(members):
-        rank, size, part, total, gathered, _ = results[world_rank]
+        rank, size, part, total, gathered, _, part16, _ = results[world_rank]
         assert (rank, size) == (group_rank, 3)
         o, n = offsets(COUNTS)[rank], COUNTS[rank]
         np.testing.assert_allclose(part, full[o:o + n], rtol=1e-6)
+        assert np.all(np.abs(part16 - full[o:o + n]) <= bfloat16_tol[o:o + n])
         assert total.tolist() == [0 + 1 + 2, 3]
         assert np.array_equal(gathered, pieces)

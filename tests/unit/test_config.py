@@ -263,6 +263,15 @@ def test_the_precision_is_float32_unless_asked_and_one_of_three():
                             "bfloat16")
 
 
+def test_the_wire_carries_float32_unless_bfloat16_is_asked_for():
+    assert Config().dist.wire_dtype == "float32"
+    assert from_dict({"dist": {**COLLECTIVE, "wire_dtype": "bfloat16"}}).dist.wire_dtype == \
+        "bfloat16"
+    with pytest.raises(UserError, match="dist.wire_dtype='float16' must be one of float32, "
+                       "bfloat16"):
+        from_dict({"dist": {"wire_dtype": "float16"}})
+
+
 def test_an_overrides_file_becomes_key_value_items_in_its_order(tmp_path):
     node = tmp_path / "node.yaml"
     node.write_text("env:\n  num_envs: 16\n  id: pong\ntrain:\n  lr: 0.0005\n"

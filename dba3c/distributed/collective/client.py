@@ -9,10 +9,12 @@ rank stays out). Group rank w owns shard w of the flat parameter vector
 
   1. a reduce-scatter of the gradients (sum; each rank receives its shard's part) and, in
      flight beside it, an allreduce of a small control vector: how many gradients were not
-     finite, and whether the chief asks to stop;
-  2. each rank divides its part by W (the mean) and applies Adam to its shard; when any
-     gradient was not finite every shard skips the step (parameters and Adam state unchanged,
-     the version advances, the streak is counted), as a parameter server does;
+     finite, and whether the chief asks to stop. With ``dist.wire_dtype: bfloat16`` the
+     gradients travel in bfloat16 (half the bytes): where two partial sums meet they are
+     added in float32 and the sum is rounded to bfloat16 again before it moves on;
+  2. each rank divides its part (in float32) by W (the mean) and applies Adam to its shard;
+     when any gradient was not finite every shard skips the step (parameters and Adam state
+     unchanged, the version advances, the streak is counted), as a parameter server does;
   3. an allgather of the updated shards: every rank holds theta_{t+1} and trains on it.
 
 With a replicated first bucket (``ShardPlan.replicated_first``, ``dist.replicate_first_bucket``)
@@ -49,6 +51,7 @@ from dba3c.config import DistConfig, TrainConfig
 from dba3c.core import Collectives, Completed, Params, Request
 from dba3c.distributed.shard import ShardServer
 from dba3c.distributed.transport.waiting import collective_wait, wait_until
+from dba3c.distributed.wire import from_wire, to_wire
 from dba3c.learning.params import ShardPlan
 
 if TYPE_CHECKING:
@@ -110,6 +113,8 @@ class CollectiveClient:
       wants_stop: asked at each step (the chief's stop request).
       idle: called while waiting, at most every ``IDLE_EVERY_S`` (the chief's bookkeeping,
         answering QUERY).
+      wire: the gradients' type in the collectives (``dist.wire_dtype``): float32 or
+        bfloat16.
 
     Buckets are offered last first (the order the backward pass makes them) and gathered
     first first; every rank starts the same collectives in the same order. MPI requests are
@@ -119,14 +124,15 @@ class CollectiveClient:
     def __init__(self, group: Collectives, shard: ShardServer, plan: ShardPlan,
                  train: TrainConfig, *, chief: bool, wants_stop: Callable[[], bool],
                  idle: Callable[[], None] | None = None,
-                 max_sleep_s: float = WAIT_MAX_SLEEP_S):
+                 max_sleep_s: float = WAIT_MAX_SLEEP_S, wire: str = "float32"):
         self.group, self.shard, self.plan, self.train = group, shard, plan, train
         self.max_sleep_s = max_sleep_s
         self.chief, self.wants_stop = chief, wants_stop
         self.idle = None if idle is None else Throttled(idle, IDLE_EVERY_S)
         self.num_buckets = plan.num_buckets
         self.theta = np.zeros(plan.num_params, np.float32)
-        self._part = np.zeros(plan.sizes[group.rank], np.float32)
+        self.wire = wire
+        self._part = to_wire(np.zeros(plan.sizes[group.rank], np.float32), wire)
         self._in_shard = [slice(o, o + hi - lo) for o, (lo, hi) in
                           zip(plan.piece_offsets(group.rank), plan.pieces(group.rank))]
         self._control = np.zeros(3, np.int64)
@@ -201,7 +207,7 @@ class CollectiveClient:
         if grad_bucket.shape != (hi - lo,):
             raise ValueError(f"bucket {bucket} has {hi - lo} parameters, got "
                              f"{grad_bucket.shape}")
-        part = self._part[self._in_shard[bucket]]
+        part, grad_bucket = self._part[self._in_shard[bucket]], to_wire(grad_bucket, self.wire)
         with self._lock:
             if self.plan.replicated(bucket):
                 self._in_flight.append(self.group.iallreduce(grad_bucket, part))
@@ -230,11 +236,12 @@ class CollectiveClient:
                 f"the ranks' copies of the first layer's parameters differ at step "
                 f"{self.shard.version} (dist.replicate_first_bucket: this MPI's allreduce "
                 f"gave the ranks different sums); run with dist.replicate_first_bucket=false")
+        mean = from_wire(self._part)  # the received part itself when float32
         if self._control[NONFINITE]:
-            self._part[:] = np.nan  # one poisoned gradient: every shard skips this step
+            mean[:] = np.nan  # one poisoned gradient: every shard skips this step
         else:
-            self._part /= np.float32(self.group.size)
-        self.shard.offer(self.shard.version, self._part)
+            mean /= np.float32(self.group.size)
+        self.shard.offer(self.shard.version, mean)
         arriving = self._allgathers()
         self.stopping = (bool(self._control[STOP_REQUESTED])
                          or self.train.reached_max_steps(arriving.version))

@@ -26,6 +26,7 @@ class RemoteParameterClient:
     def __init__(self, t: Transport, roles: Roles, cfg: Config, num_params: int,
                  idle: Callable[[], None] | None = None):
         self.t, self.roles, self.mode, self.idle = t, roles, cfg.dist.mode, idle
+        self.wire = cfg.dist.wire_dtype
         self.max_sleep_s = cfg.dist.poll_max_ms / 1000
         self.bounds = shard_bounds(num_params, len(roles.ps))
         self.feed = ShardFeed(t, roles.ps, ShardPlan(num_params, len(roles.ps)), Tag.PARAMS)
@@ -52,9 +53,10 @@ class RemoteParameterClient:
         return self.feed.params()
 
     def push(self, version: int, grad: np.ndarray) -> Params | None:
-        """Send one gradient slice to each PS; wait for the parameters to train on next."""
+        """Send one gradient slice to each PS (in ``dist.wire_dtype``); wait for the
+        parameters to train on next."""
         for p, (lo, hi) in zip(self.roles.ps, self.bounds):
-            self.sender.post(GradMsg(version, self.t.rank, grad[lo:hi]), [p])
+            self.sender.post(GradMsg(version, self.t.rank, grad[lo:hi], self.wire), [p])
         if self.mode == "async":  # one reply from every PS
             self.feed.latest = [None] * len(self.feed.latest)
             return self._wait(lambda v: min(v) >= 0)

@@ -5,7 +5,7 @@ The parameter-server protocol (``dba3c.distributed``) needs only nonblocking sen
 receives of NumPy buffers with an integer tag, polled with :meth:`Request.test`. Collective
 aggregation (``dba3c.distributed.collective.ranks``) also needs nonblocking collectives on a
 group of ranks (:meth:`Transport.split` -> :class:`Collectives`: reduce-scatter, allreduce,
-allgather, all summing or concatenating float32 or int64 vectors).
+allgather, all summing or concatenating float32, bfloat16 or int64 vectors).
 
   mpi.py          MpiTransport: mpi4py's buffer-based Isend/Irecv, Ireduce_scatter, Iallreduce
                   and Iallgatherv (no pickling); TransportView, a world's first ranks as a

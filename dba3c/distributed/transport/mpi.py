@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from dba3c.core import ANY_SOURCE, Collectives, Request, Transport, offsets
@@ -175,24 +176,45 @@ class TransportView:
         return self._world.split(member)
 
 
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def add_bfloat16(inbuf: Any, inoutbuf: Any, datatype: Any = None) -> None:
+    """MPI's sum of bfloat16 vectors, which travel as 16-bit words (MPI has no bfloat16):
+    inout = in + inout, added in float32 and rounded to bfloat16 (ml_dtypes' addition), so
+    the sum does not depend on the order of its two terms."""
+    total = np.frombuffer(inoutbuf, BFLOAT16)
+    total[...] = np.frombuffer(inbuf, BFLOAT16) + total
+
+
 class MpiCollectives:
     """:class:`Collectives` on an MPI communicator (MPI's own algorithms: MPICH picks ring,
     recursive halving/doubling or pairwise exchange by size). Each request holds its
-    operation's arrays until it completes (:class:`MpiRequest`)."""
+    operation's arrays until it completes (:class:`MpiRequest`). bfloat16 vectors are summed
+    as 16-bit words with :func:`add_bfloat16` as the operation."""
 
     def __init__(self, comm: Any):
         from mpi4py import MPI
 
         self._comm, self._sum = comm, MPI.SUM
+        self._sum_bfloat16 = MPI.Op.Create(add_bfloat16, commute=True)
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
+
+    def _summing(self, send: np.ndarray, recv: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any]:
+        """(send, recv, op) of a sum: bfloat16 as 16-bit words and :func:`add_bfloat16`."""
+        if send.dtype == BFLOAT16:
+            return send.view(np.uint16), recv.view(np.uint16), self._sum_bfloat16
+        return send, recv, self._sum
 
     def ireduce_scatter(self, send: np.ndarray, recv: np.ndarray,
                         counts: Sequence[int]) -> MpiRequest:
-        return MpiRequest(self._comm.Ireduce_scatter(send, recv, list(counts), op=self._sum),
+        send, recv, op = self._summing(send, recv)
+        return MpiRequest(self._comm.Ireduce_scatter(send, recv, list(counts), op=op),
                           send, recv)
 
     def iallreduce(self, send: np.ndarray, recv: np.ndarray) -> MpiRequest:
-        return MpiRequest(self._comm.Iallreduce(send, recv, op=self._sum), send, recv)
+        send, recv, op = self._summing(send, recv)
+        return MpiRequest(self._comm.Iallreduce(send, recv, op=op), send, recv)
 
     def iallgather(self, send: np.ndarray, recv: np.ndarray,
                    counts: Sequence[int]) -> MpiRequest:

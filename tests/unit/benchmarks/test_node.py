@@ -42,6 +42,10 @@ def test_bytes_per_step_counts_every_shard_header():
     # 322,695 float32 parameters in 4 shards, each message with an 8-slot float32 header
     assert bytes_per_step(322_695, 4) == {"sent": 4 * (322_695 + 32),
                                           "received": 4 * (322_695 + 32)}
+    # dist.wire_dtype=bfloat16: shards of 80,674 x 3 and 80,673 values, two to a float32 slot
+    # (the odd one's last slot half empty); the parameters still come back in float32
+    assert bytes_per_step(322_695, 4, "bfloat16") == {
+        "sent": 4 * (3 * 40_337 + 40_337 + 32), "received": 4 * (322_695 + 32)}
 
 
 def test_sandwiched_overheads_compare_each_run_with_the_runs_around_it():

@@ -19,7 +19,15 @@ from dba3c.learning.optim import make_optimizer
 from dba3c.learning.params import ShardPlan
 from dba3c.learning.rules import OptimizerState
 from dba3c.training.runner import LocalParameterServer
-from tests.support.world import N, grad_of, make_cfg, run_threads, run_world, train_loop
+from tests.support.world import (
+    N,
+    grad_of,
+    make_cfg,
+    round_to_bfloat16,
+    run_threads,
+    run_world,
+    train_loop,
+)
 
 # ---- the step, in process -----------------------------------------------------------------
 STEPS = 20
@@ -33,7 +41,7 @@ def rank_client(transport, plan: ShardPlan, cfg) -> CollectiveClient:
     shard = ShardServer(theta_shard, OptimizerState.zeros(theta_shard.size), 0, mode="sync",
                         replicas=1, optimizer=make_optimizer(cfg))
     return CollectiveClient(group, shard, plan, cfg.train, chief=group.rank == 0,
-                            wants_stop=lambda: False)
+                            wants_stop=lambda: False, wire=cfg.dist.wire_dtype)
 
 
 def collective_world(cfg, num_ranks: int, gradient, buckets=(0,), staged=False,
@@ -165,6 +173,40 @@ def test_a_replicated_first_bucket_gives_what_a_cut_one_gives_bit_for_bit(staged
         assert np.array_equal(flat, flat_cut)
         copies = [getattr(s.opt_state, state)[:4] for s in shards]  # bucket 0, every rank
         assert all(np.array_equal(c, flat_cut[:4]) for c in copies)
+
+
+@pytest.mark.parametrize("replicated_first", [False, True])
+def test_a_bfloat16_wire_step_is_float32_s_to_bfloat16_rounding(replicated_first):
+    # each rank's gradient travels rounded to bfloat16 (b_r, round_to_bfloat16: written from
+    # the format), and the in-process sums add in rank order, each sum of two in float32
+    # rounded again: every shard applies (b_0 + b_1 + b_2) so rounded, / 3, in float32. Three
+    # roundings of at most 2^-8 of what they round put that within 2^-8 x sum |g_r| of
+    # float32's mean.
+    cfg = make_cfg(workers=3, ps=1, max_steps=1, wire_dtype="bfloat16")
+    plan = ShardPlan(N, 3, (0, 4), replicated_first)  # bucket 0 by allreduce or cut
+    applied: dict[int, np.ndarray] = {}
+
+    def rank_loop(transport):
+        client = rank_client(transport, plan, cfg)
+        offer, rank = client.shard.offer, client.group.rank
+
+        def recorded(version, g):
+            applied[rank] = g.copy()
+            return offer(version, g)
+
+        client.shard.offer = recorded  # type: ignore[method-assign]
+        client.pull()
+        return client.push(0, grad_of(rank, 0))
+
+    run_threads(rank_loop, 3)
+    mean = np.concatenate(plan.flat_chunks([applied[r] for r in range(3)]))
+    grads = [grad_of(r, 0) for r in range(3)]
+    b = [round_to_bfloat16(g) for g in grads]
+    expected = round_to_bfloat16(round_to_bfloat16(b[0] + b[1]) + b[2]) / np.float32(3)
+    assert mean.dtype == np.float32 and np.array_equal(mean, expected)
+    float32 = np.mean(grads, axis=0, dtype=np.float32)
+    assert np.all(np.abs(mean - float32) <= 2.0 ** -8 * np.sum(np.abs(grads), axis=0))
+    assert not np.array_equal(mean, float32)
 
 
 def test_copies_of_a_replicated_first_bucket_that_differ_end_the_run_on_the_chief():

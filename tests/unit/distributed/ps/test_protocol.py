@@ -20,14 +20,23 @@ from dba3c.distributed.wire import (
 )
 from dba3c.learning.params import shard_bounds
 from dba3c.learning.rules import OptimizerState, adam_update
-from tests.support.world import N, grad_of, make_cfg, run_world, train_loop
+from tests.support.world import (
+    N,
+    grad_of,
+    make_cfg,
+    round_to_bfloat16,
+    run_world,
+    train_loop,
+)
 
 
-def reference_sync(theta0, cfg, workers, steps):
-    """theta_t for t = 0..steps with Adam on the mean of every worker's gradient."""
+def reference_sync(theta0, cfg, workers, steps, wire=lambda g: g):
+    """theta_t for t = 0..steps with Adam on the mean of every worker's gradient (each as
+    ``wire`` delivers it)."""
     theta, state, thetas = theta0.copy(), OptimizerState.zeros(N), [theta0.copy()]
     for t in range(steps):
-        mean = np.asarray(np.mean([grad_of(w, t) for w in workers], axis=0, dtype=np.float32))
+        mean = np.asarray(np.mean([wire(grad_of(w, t)) for w in workers], axis=0,
+                                  dtype=np.float32))
         adam_update(theta, mean, state, lr=cfg.train.lr, beta1=cfg.adam.beta1,
                     beta2=cfg.adam.beta2, epsilon=cfg.adam.epsilon)
         thetas.append(theta.copy())
@@ -52,6 +61,23 @@ def test_sync_update_is_adam_of_the_mean_gradient(ps):
     np.testing.assert_allclose(m4, state.m_shard, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(v4, state.v_shard, rtol=1e-6, atol=1e-8)
     assert count4 == 4 and chief.step == 4
+
+
+@pytest.mark.parametrize("ps", [1, 2])
+def test_a_bfloat16_wire_step_is_adam_of_the_mean_of_the_rounded_gradients(ps):
+    # each worker's slice arrives rounded to bfloat16 (round_to_bfloat16, written from the
+    # format) and the PS sums in float32: float32 summation tolerance against that reference
+    cfg = make_cfg(workers=3, ps=ps, max_steps=4, wire_dtype="bfloat16")
+    theta0 = np.linspace(-1, 1, N).astype(np.float32)
+    _, received = run_world(cfg, train_loop(), theta0)
+    workers = make_roles(1 + ps + 3, cfg).workers
+    expected, _ = reference_sync(theta0, cfg, workers, 4, round_to_bfloat16)
+    for params_seq in received.values():
+        assert [p.version for p in params_seq] == [0, 1, 2, 3]
+        for p in params_seq:
+            np.testing.assert_allclose(p.theta, expected[p.version], rtol=1e-6, atol=1e-7)
+    float32, _ = reference_sync(theta0, cfg, workers, 4)
+    assert not np.allclose(expected[3], float32[3], rtol=1e-6, atol=1e-7)  # it did round
 
 
 def test_parameter_servers_snapshot_every_eval_every_steps_and_the_last_to_the_evaluator():

@@ -18,8 +18,10 @@ from dba3c.distributed.transport.mpi import (
     MpiCollectives,
     MpiRequest,
     TransportView,
+    add_bfloat16,
     collective_environment,
 )
+from tests.support.world import round_to_bfloat16
 
 
 def test_recursive_collectives_set_mpichs_variables_unless_the_user_did():
@@ -32,6 +34,23 @@ def test_recursive_collectives_set_mpichs_variables_unless_the_user_did():
     assert collective_environment("recursive", {halving: "sched_pairwise"}) == {
         doubling: "sched_recursive_doubling", allreduce: "sched_recursive_doubling"}
     assert collective_environment("mpi", {}) == {}
+
+
+def test_mpi_s_bfloat16_sum_adds_16_bit_words_in_float32_and_rounds_in_either_order():
+    rng = np.random.default_rng(0)
+    a, b = (round_to_bfloat16(rng.standard_normal(9).astype(np.float32)) for _ in range(2))
+
+    def words(x: np.ndarray) -> bytearray:  # bfloat16 as MPI moves it: a float32's upper half
+        return bytearray((x.view(np.uint32) >> 16).astype(np.uint16).tobytes())
+
+    def floats(buf: bytearray) -> np.ndarray:
+        return (np.frombuffer(bytes(buf), np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+    expected = round_to_bfloat16(a + b)
+    for x, y in ((a, b), (b, a)):
+        inout = words(y)
+        add_bfloat16(memoryview(words(x)), memoryview(inout))
+        assert np.array_equal(floats(inout), expected)
 
 
 def test_a_view_moves_tags_per_run_and_shares_the_world_split():
