@@ -1,10 +1,10 @@
 """Mixed precision (``model.precision: bfloat16``, dba3c.learning.models): one update from a
 gradient computed in bfloat16 against float32's, on the same parameters and mini-batch.
 
-The tolerance. bfloat16 keeps 8 significant bits (each rounding errs by at most 2^-9), but a
+The tolerance. bfloat16 keeps 8 significant bits (each rounding errs by at most 2^-8), but a
 ReLU network's gradient is not smooth in its parameters: a unit whose pre-activation lies
 within rounding of zero switches on or off, and moves a whole row of its kernel's gradient.
-So float32's own update moves by far more than 2^-9 when its parameters are merely rounded to
+So float32's own update moves by far more than 2^-8 when its parameters are merely rounded to
 bfloat16: by 0.2-8% with RMSProp and 5-28% with Adam, here. That is the yardstick: the
 relative difference of the mixed-precision update from float32's,
 ||d_bf16 - d_f32|| / ||d_f32||, may be at most 3 x the difference float32's update shows on
@@ -78,7 +78,7 @@ def test_a_bfloat16_learner_predicts_float32_probabilities_near_float32s():
     pi16, v16 = Learner(spec, TrainConfig(), theta, precision="bfloat16").predict(obs)
     assert pi16.dtype == np.float32 and v16.dtype == np.float32
     np.testing.assert_allclose(pi16.sum(axis=1), 1.0, rtol=1e-6)  # a float32 softmax
-    # 2^-5 relative: a few bfloat16 roundings (2^-9 each) per layer, as for the forward pass
+    # 2^-5 relative: a few bfloat16 roundings (2^-8 each) per layer, as for the forward pass
     # against its float64 reference (tests/unit/learning/test_models.py)
     np.testing.assert_allclose(pi16, pi32, rtol=2 ** -5)
     np.testing.assert_allclose(v16, v32, atol=2 ** -5 * np.abs(v32).max())

@@ -442,9 +442,9 @@ def test_forward_matches_numpy_reference(name):
 
 @pytest.mark.parametrize("name", list(SPECS))
 def test_forward_in_bfloat16_matches_numpy_reference_to_its_rounding(name):
-    # bfloat16 keeps 8 significant bits: each rounding errs by at most 2^-9 relative, and a
+    # bfloat16 keeps 8 significant bits: each rounding errs by at most 2^-8 relative, and a
     # pass rounds the inputs, weights and output of each of its (at most 5) trunk layers:
-    # 2^-5 of the outputs' scale is 16 such roundings (measured: 0.003-0.007 of the scale).
+    # 2^-5 of the outputs' scale is 8 such roundings (measured: 0.003-0.007 of the scale).
     # An error above 2^-12 (float32 errs below 1e-6 here) shows bfloat16 computed at all.
     (logits, v), (ref_logits, ref_v), scale = _against_reference(SPECS[name], "bfloat16")
     assert logits.dtype == np.float32 and v.dtype == np.float32  # the heads' float32
