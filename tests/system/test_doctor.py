@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from dba3c.benchmarks.emulated import cluster
+from dba3c.cpus import cpu_flags, precision_for, read_cpuinfo
 from dba3c.launchers.local import find_mpiexec, launch_environment
 from tests.support import ROOT
 from tests.support.cluster import running_cluster
@@ -74,6 +75,10 @@ def test_alone_it_checks_this_process_and_exits_0(tmp_path):
     assert f"{result['rows'][0]['mpi']} ({mpi_file})" in table
     assert result["rows"][0]["mpi"].startswith(LIBRARY_NAME[mpi_family()])
     assert result["launch"]["mpiexec"] == find_mpiexec()
+    # the default model.precision, and whether this CPU has native bfloat16
+    native = precision_for("auto", cpu_flags(read_cpuinfo())).native_bfloat16
+    assert (result["rows"][0]["precision"], result["rows"][0]["native_bfloat16"]) == (
+        "float32", native)
 
 
 def test_alone_it_reads_dba3c_srun_mpi_as_the_sbatch_scripts_do(tmp_path):

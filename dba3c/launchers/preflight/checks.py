@@ -1,5 +1,5 @@
 """What a rank finds about itself (:func:`local_report`: its host, CPUs, MPI library, PMI,
-TensorFlow, thread pools, game and disk), and what rank 0 finds about the launchers a job
+TensorFlow, thread pools, precision, game and disk), and what rank 0 finds about the launchers a job
 would use (:func:`launch_info`)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from dba3c.config import Config, is_atari
-from dba3c.cpus import bound_cpus, threads_for
+from dba3c.cpus import bound_cpus, this_cpu_precision, threads_for
 from dba3c.errors import UserError
 from dba3c.launchers.local import find_mpiexec, mpiexec_version
 from dba3c.launchers.preflight.findings import LaunchInfo, RankReport
@@ -127,10 +127,12 @@ def local_report(rank: int, cfg: Config, mpi_library: str,
     threads = threads_for(cfg.env, cfg.train, len(cpus))
     pmi, pmi_vars = pmi_in_use(os.environ if environ is None else environ)
     path, free = disk_free(cfg.run.dir)
+    precision = this_cpu_precision(cfg.model.precision)
     return RankReport(
         rank=rank, host=socket.gethostname(), cpus=cpus, node_cpus=os.cpu_count() or 1,
         mpi=mpi_name(mpi_library), pmi=pmi, pmi_vars=pmi_vars, tensorflow=str(tf.__version__),
         onednn=onednn_enabled(),
         threads=(threads.simulators, threads.intra_op, threads.inter_op),
         rom=cfg.env.id, rom_atari=is_atari(cfg.env.id), rom_error=rom_check(cfg),
-        disk_path=path, disk_free=free, mpi_file=this_mpi_file())
+        disk_path=path, disk_free=free, mpi_file=this_mpi_file(), precision=precision.dtype,
+        native_bfloat16=precision.native_bfloat16)

@@ -27,6 +27,8 @@ class RankReport:
     disk_path: str              # the run directory's nearest existing parent
     disk_free: int              # bytes free there
     mpi_file: str = ""          # the MPI library's file, as loaded ("" unknown)
+    precision: str = ""         # what it would train in (model.precision on its CPU)
+    native_bfloat16: bool = False  # its CPU computes bfloat16 natively
 
 
 @dataclass(frozen=True)

@@ -145,6 +145,13 @@ def _columns(header: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
             for row in [header, *body]]
 
 
+def precision_cell(r: RankReport) -> str:
+    """What a rank would train in and whether its CPU has native bfloat16 (``model.precision:
+    auto`` takes bfloat16 only where it has): ``bfloat16 (native bf16)``, ``float32 (no
+    native bf16)``, ..."""
+    return f"{r.precision or '-'} ({'' if r.native_bfloat16 else 'no '}native bf16)"
+
+
 def table(rows: Sequence[RankReport], pairs: Sequence[PairResult],
           launch: LaunchInfo | None = None) -> str:
     """The doctor's one table: a row per rank (rank order), then a row per pair with its
@@ -159,10 +166,10 @@ def table(rows: Sequence[RankReport], pairs: Sequence[PairResult],
                      (r.mpi or "-") + (f" ({r.mpi_file})" if r.mpi_file else ""),
                      f"{r.pmi}" + (f" [{' '.join(r.pmi_vars)}]" if r.pmi_vars else ""),
                      r.tensorflow, "on" if r.onednn else "off",
-                     "/".join(map(str, r.threads)), f"{r.rom} {rom}",
+                     "/".join(map(str, r.threads)), precision_cell(r), f"{r.rom} {rom}",
                      f"{_gb(r.disk_free)} ({r.disk_path})"])
     lines = _columns(["rank", "host", "cpus bound/node", "ranks on node", "mpi", "pmi",
-                      "tensorflow", "onednn", "threads sim/intra/inter", "game",
+                      "tensorflow", "onednn", "threads sim/intra/inter", "precision", "game",
                       "disk free (run dir)"], body)
     if pairs:
         hosts = {r.rank: r.host for r in rows}

@@ -187,6 +187,14 @@ def test_the_launchers_follow_the_table_in_two_lines():
         "srun: no srun PMI plugin fits")
 
 
+def test_the_table_says_what_each_rank_trains_in_and_whether_its_cpu_has_bfloat16():
+    rows = [dataclasses.replace(row(0), precision="bfloat16", native_bfloat16=True),
+            dataclasses.replace(row(1), precision="float32")]
+    lines = table(rows, []).splitlines()
+    assert "precision" in lines[0].split()
+    assert "bfloat16 (native bf16)" in lines[1] and "float32 (no native bf16)" in lines[2]
+
+
 def test_the_table_names_the_library_file_beside_its_name():
     rows = [dataclasses.replace(row(0), mpi_file="/venv/lib/libmpi.so.12")]
     assert "MPICH Version: 4.3.0 (/venv/lib/libmpi.so.12)" in table(rows, [])
