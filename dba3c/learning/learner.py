@@ -11,7 +11,6 @@ and gradients, :mod:`dba3c.learning.models`).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import itertools
 from collections.abc import Callable, Iterator
@@ -113,8 +112,8 @@ class Learner:
         self.train_variables = ([tf.Variable(t, name=f"train_{n.replace('/', '_')}")
                                  for n, t in zip(self.layout.names, tensors)]
                                 if staged else None)
-        self._copy = (make_training_copy(spec, self.train_variables, loss_fn, clip, batch_sig,
-                                         precision)
+        self._copy = (TrainingCopy(spec, self.train_variables, loss_fn, clip, batch_sig,
+                                   precision)
                       if self.train_variables is not None else None)
         self._train_loaded = True  # the training variables hold _current's parameters
 
@@ -142,34 +141,16 @@ class Learner:
                         before_forward: Callable[[int], None],
                         after_backward: Callable[[int, np.ndarray], None], *,
                         inline: bool = False) -> dict[str, float]:
-        """:meth:`gradient` stage by stage (one stage per bucket of :attr:`buckets`, see
-        :func:`dba3c.learning.models.stage_forward`), handing out each bucket's gradient as soon as
-        the backward pass has it; returns the loss terms.
+        """:meth:`gradient` stage by stage (one stage per bucket of :attr:`buckets`), so that
+        communication can overlap it: ``before_forward(b)`` runs before stage b's forward pass
+        (it may :meth:`assign_bucket` b), and ``after_backward(b, g_b)`` as soon as bucket b's
+        clipped gradient is made, the last bucket first. Returns the loss terms; the g_b
+        together are :meth:`gradient`'s vector at the training variables. ``inline``: the
+        callbacks in line with the stages rather than beside them. Their order, and why they
+        must not call a ``tf.function``: docs/architecture.md, "The staged gradient".
 
-        Forward: for b = 0 .. B-1, ``before_forward(b)`` runs, then stage b's forward pass
-        (so a bucket assigned there by :meth:`assign_bucket` is used). Backward: for b = B-1
-        .. 0, stage b's backward pass gives dL/dtheta_b (clipped, flat float32 in layout
-        order, ``theta[buckets[b]:buckets[b + 1]]``) and dL/dx_b for the stage before;
-        ``after_backward(b, g_b)`` runs as soon as g_b is made (and bucket b + 1's call has
-        returned). Concatenated, the g_b are :meth:`gradient`'s vector where the training
-        variables hold the prediction parameters. One graph execution runs it all (the
-        forward pass once), the callbacks inside it as ``tf.numpy_function`` ops but for
-        ``after_backward(0, g_0)``, which runs here once it has returned (the last bucket:
-        nothing is left to overlap); control dependencies put the ops in order
-        (before_forward ascending, then after_backward descending); an exception in a
-        callback ends the call with that exception. With more than one inter-op thread those
-        ops run beside the compute (before_forward(b) may run while stage b - 1 computes;
-        stage b - 1's backward pass does not wait for after_backward(b)); with
-        ``inline=True`` or ``train.inter_op_threads=1`` each runs in line: before_forward(b)
-        after stage b - 1's forward pass, after_backward(b) before stage b - 1's backward
-        pass (what ``dba3c.benchmarks.stages`` times stages by). The in-graph callbacks run
-        on a TensorFlow thread of that execution: they may call :meth:`assign_bucket` (eager
-        assigns), but not a ``tf.function``, which with ``train.inter_op_threads=1`` would
-        wait forever for the one inter-op thread.
-
-        Raises ValueError when the Learner was not made with ``staged=True``, or when
-        ``train.grad_clip_mode`` is ``global_norm`` (with clipping on): that clip needs the
-        whole gradient before any bucket can leave.
+        Raises ValueError without ``staged=True``, or when ``train.grad_clip_mode:
+        global_norm`` clips (it needs the whole gradient before any bucket can leave).
         """
         copy = self._training_copy("staged_gradient")
         if self._clip > 0 and self._clip_mode == "global_norm":
@@ -236,36 +217,33 @@ def loss_stats(loss: tf.Tensor, parts: dict[str, tf.Tensor]) -> dict[str, float]
     return stats
 
 
-@dataclasses.dataclass(frozen=True)
 class TrainingCopy:
     """What only a ``staged=True`` Learner has: its training variables by stage (one list
-    per bucket), the staged gradient over them (callbacks beside the compute where there is
-    more than one inter-op thread, and in line) and the callbacks of the call in progress."""
+    per bucket), the staged gradient over them as two ``tf.function``s of (obs, a, R) (see
+    :meth:`Learner.staged_gradient`: :attr:`gradient` runs the callbacks beside the compute
+    where there is more than one inter-op thread, :attr:`inline_gradient` in line) and the
+    callbacks of the call in progress (:attr:`hooks`). ``loss_fn(logits, v, a, R)``,
+    ``clip(grads)``; ``precision`` is what the network computes in."""
 
-    stages: list[list[tf.Variable]]
-    gradient: Callable[..., tuple]
-    inline_gradient: Callable[..., tuple]
-    hooks: StageHooks
+    def __init__(self, spec: NetSpec, train_variables: list[tf.Variable],
+                 loss_fn: Callable[..., tuple], clip: Callable[[list], list],
+                 batch_sig: list[tf.TensorSpec], precision: str = "float32"):
+        self.stages = stage_params(spec, train_variables)
+        self.hooks = StageHooks()
+        self._spec, self._loss_fn, self._clip, self._precision = spec, loss_fn, clip, precision
+        self.gradient = tf.function(self._beside_the_compute, input_signature=batch_sig)
+        self.inline_gradient = tf.function(self._in_line, input_signature=batch_sig)
 
+    def _beside_the_compute(self, obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor) -> tuple:
+        # one inter-op thread cannot run a callback beside the compute: in line
+        return self._graph(obs, a, R, inline=inter_op_threads() == 1)
 
-def make_training_copy(spec: NetSpec, train_variables: list[tf.Variable],
-                       loss_fn: Callable[..., tuple], clip: Callable[[list], list],
-                       batch_sig: list[tf.TensorSpec], precision: str = "float32") -> TrainingCopy:
-    """The staged machinery over ``train_variables`` (see :meth:`Learner.staged_gradient`);
-    ``loss_fn(logits, v, a, R)``, ``clip(grads)``, ``batch_sig`` the (obs, a, R) signature,
-    ``precision`` what the network computes in."""
-    stages, hooks = stage_params(spec, train_variables), StageHooks()
+    def _in_line(self, obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor) -> tuple:
+        return self._graph(obs, a, R, inline=True)
 
-    def staged(inline: bool) -> Callable[..., tuple]:
-        @tf.function(input_signature=batch_sig)
-        def gradient(obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor) -> tuple:
-            # one inter-op thread cannot run a callback beside the compute: in line
-            return staged_graph(spec, stages, hooks, lambda out: loss_fn(out[0], out[1], a, R),
-                                lambda grads: flat_concat(clip(grads)), obs,
-                                inline=inline or inter_op_threads() == 1, precision=precision)
-        return gradient
-
-    return TrainingCopy(stages, staged(False), staged(True), hooks)
+    def _graph(self, obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor, inline: bool) -> tuple:
+        return staged_graph(self._spec, self.stages, self.hooks, obs, a, R, self._loss_fn,
+                            self._clip, inline=inline, precision=self._precision)
 
 
 def inter_op_threads() -> int:
@@ -320,31 +298,20 @@ class StageHooks:
         return tf.numpy_function(call, [] if g_b is None else [g_b], tf.bool)
 
 
-def staged_graph(spec: NetSpec, params: list[list[tf.Variable]], hooks: StageHooks,
-                 loss_fn: Callable, finish: Callable, obs: tf.Tensor, *,
-                 inline: bool = False, precision: str = "float32") -> tuple:
-    """The staged gradient inside one ``tf.function``: (L, loss terms, g_0).
-
-    Forward, b = 0 .. B-1: stage b (:func:`dba3c.learning.models.stage_forward`) on its
-    variables read after ``hooks.op(b)`` (before_forward) and its input passed after that
-    hook through ``tf.stop_gradient`` (so a stage's gradient holds only that stage's ops).
-    Backward, b = B-1 .. 0, on the one tape: stage b's gradients of its variables and of its
-    input given dL/d(its output); ``finish`` makes the bucket's flat clipped g_b, and for b > 0
-    ``hooks.op(b, g_b)`` (after_backward) runs; g_0 is returned for the caller's
-    after_backward(0).
-
-    The hook ops are chained (before_forward ascending, then after_backward descending) and
-    L waits for the last. ``inline=False``: nothing else waits for them, so they run beside
-    the compute on another inter-op thread: before_forward(b) once before_forward(b - 1)
-    has returned, after_backward(b) as soon as g_b is made. ``inline=True``:
-    before_forward(b) also waits for stage b - 1's output, and dL/d(input of stage b)
-    goes on to stage b - 1 only once after_backward(b) has returned (one inter-op thread:
-    a hook beside the compute would run after it).
-    """
+def staged_graph(spec: NetSpec, stages: list[list[tf.Variable]], hooks: StageHooks,
+                 obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor, loss_fn: Callable[..., tuple],
+                 clip: Callable[[list], list], *, inline: bool = False,
+                 precision: str = "float32") -> tuple:
+    """The staged gradient inside one ``tf.function``: (L, loss terms, g_0). Forward, each
+    stage reads its variables after its ``before_forward`` hook op and takes its input
+    through ``tf.stop_gradient``; backward, stage by stage on one tape, each bucket's
+    flat clipped g_b goes to its ``after_backward`` hook op (b > 0). ``inline``: a hook
+    also waits for the compute before it, and the compute after it for the hook. The
+    derivation: docs/architecture.md, "The staged gradient"."""
     x, sources, inputs, outputs = obs, [], [], []
     hook = None  # the last hook op: the next one runs after it
     with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
-        for b, stage_vars in enumerate(params):
+        for b, stage_vars in enumerate(stages):
             after = ([] if hook is None else [hook]) + ([x] if inline else [])
             with tf.control_dependencies(after):
                 hook = hooks.op(b)
@@ -355,11 +322,12 @@ def staged_graph(spec: NetSpec, params: list[list[tf.Variable]], hooks: StageHoo
             tape.watch(sources[-1])
             x = stage_forward(spec, b, values, inputs[-1], precision)
             outputs.append(x)
-        loss, parts = loss_fn(x)
+        logits, v = x
+        loss, parts = loss_fn(logits, v, a, R)
     upstream, target = None, loss
-    for b in reversed(range(len(params))):
+    for b in reversed(range(len(stages))):
         grads = tape.gradient(target, sources[b], output_gradients=upstream)
-        g_b = finish(grads[:len(params[b])])
+        g_b = flat_concat(clip(grads[:len(stages[b])]))
         if b == 0:
             break
         with tf.control_dependencies([hook]):
