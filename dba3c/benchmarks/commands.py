@@ -1,6 +1,7 @@
 """``dba3c bench BENCH``: each bench's options and what it runs.
 
   node        one node's ceilings, end-to-end throughput, MFU and distributed overhead
+  precision   float32 against bfloat16 on this node
   profile     where one worker's step goes
   long        memory and disk over one long run
   scale       (root) synthetic-compute runs on the emulated cluster
@@ -8,10 +9,10 @@
   waiting     what waiting in a collective costs, polled or blocked
   stages      what a staged gradient costs
 
-The first four write JSON under ``bench/`` and, with ``--log``, a new log entry
-(:func:`dba3c.benchmarks.record.record`). ``dba3c`` builds its parser from this module at
-every start, so it imports only the standard library; a bench's own module is imported when
-the bench runs.
+node, precision, profile, long and scale write JSON under ``bench/`` and, with ``--log``, a
+new log entry (:func:`dba3c.benchmarks.record.record`). ``dba3c`` builds its parser from
+this module at every start, so it imports only the standard library; a bench's own module
+is imported when the bench runs.
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
 
     _recorded(benches, "node", "ceilings, end-to-end throughput, MFU, distributed overhead "
               "of this node", "results.json", "shorter runs (under 3 minutes)")
+
+    _recorded(benches, "precision", "float32 against bfloat16 (model.precision), "
+              "alternating: the network's ceilings, the matmul peak, one process end to end",
+              "precision.json", "one pair of shorter runs (about 3 minutes)")
 
     _recorded(benches, "profile", "train one process and time each section of the actor's "
               "and the trainer's loops (emulator, predict, sampling, assembly, queue, "
@@ -193,6 +198,14 @@ def _node(args: argparse.Namespace, out_json: Path,
 
 
 @_recorded_bench
+def _precision(args: argparse.Namespace, out_json: Path,
+               log_dir: Path | None) -> tuple[str, Path | None]:
+    from dba3c.benchmarks.precision import precision_command
+
+    return precision_command(args.config, args.overrides, args.quick, out_json, log_dir)
+
+
+@_recorded_bench
 def _profile(args: argparse.Namespace, out_json: Path,
              log_dir: Path | None) -> tuple[str, Path | None]:
     from dba3c.benchmarks.node import profile_command
@@ -263,5 +276,5 @@ def _stages(args: argparse.Namespace) -> int:
 
 
 BENCHES: dict[str, Callable[[argparse.Namespace], int]] = {
-    "node": _node, "profile": _profile, "long": _long, "scale": _scale,
+    "node": _node, "precision": _precision, "profile": _profile, "long": _long, "scale": _scale,
     "real-ranks": _real_ranks, "waiting": _waiting, "stages": _stages}

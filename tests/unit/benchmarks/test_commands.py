@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dba3c.benchmarks import node, real_ranks, stages, waiting
+from dba3c.benchmarks import node, precision, real_ranks, stages, waiting
 from dba3c.benchmarks.scale import report
 from dba3c.cli import main
 from tests.support import ROOT
@@ -27,6 +27,8 @@ def recorder(calls: list, result: object):
 @pytest.mark.parametrize("bench, module, function, options, expected", [
     ("node", node, "bench_command", ["--quick"],
      (BREAKOUT, ["train.lr=1e-3"], True, Path("bench/results.json"), None)),
+    ("precision", precision, "precision_command", ["--quick"],
+     (BREAKOUT, ["train.lr=1e-3"], True, Path("bench/precision.json"), None)),
     ("profile", node, "profile_command", [],
      (BREAKOUT, ["train.lr=1e-3"], False, Path("bench/profile.json"), None)),
     ("long", node, "long_command", ["--seconds", "60", "--run-dir", "runs/x"],
@@ -87,15 +89,15 @@ def test_bench_stages_times_the_stages_of_the_config(monkeypatch, capsys):
     assert capsys.readouterr().out == "| 1 |\n"
 
 
-BENCHES = "{node,profile,long,scale,real-ranks,waiting,stages}"
+BENCHES = "{node,precision,profile,long,scale,real-ranks,waiting,stages}"
 UNKNOWN = "unrecognized arguments: {} (see `dba3c --help`)"
 
 
 @pytest.mark.parametrize("argv, message", [
     ([], f"the following arguments are required: {BENCHES} (see `dba3c bench --help`)"),
-    (["nodes"], f"argument {BENCHES}: invalid choice: 'nodes' (choose from 'node', 'profile', "
-                f"'long', 'scale', 'real-ranks', 'waiting', 'stages') (see `dba3c bench "
-                f"--help`)"),
+    (["nodes"], f"argument {BENCHES}: invalid choice: 'nodes' (choose from 'node', 'precision', "
+                f"'profile', 'long', 'scale', 'real-ranks', 'waiting', 'stages') (see `dba3c "
+                f"bench --help`)"),
     (["node", "--run-dir", "x"], UNKNOWN.format("--run-dir")),
     (["profile", "--seconds", "5"], UNKNOWN.format("--seconds")),
     (["long", "--quick"], UNKNOWN.format("--quick")),
