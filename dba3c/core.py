@@ -4,7 +4,7 @@
 - :class:`Step`: what the simulators return for one batch of envs, and the rollouts read.
 - :class:`ParameterClient`: what a worker's trainer talks to: ``pull`` the first parameters,
   ``push`` a gradient and get the parameters to train on next (None when the run ends).
-  ``training.runner.LocalParameterServer`` serves one process,
+  ``distributed.single.LocalParameterServer`` serves one process,
   ``distributed.ps.client.RemoteParameterClient`` talks to parameter-server ranks; tests drop
   in either.
 - :class:`WorkersClient`: a store that takes the gradients of several emulated workers a step.
@@ -70,7 +70,7 @@ class ParameterClient(Protocol):
 @runtime_checkable
 class WorkersClient(ParameterClient, Protocol):
     """A parameter store that takes several workers' gradients a step
-    (``training.runner.LocalParameterServer`` of W emulated workers,
+    (``distributed.single.LocalParameterServer`` of W emulated workers,
     ``dist.emulate_workers``): ``offer`` each of them but the last, ``push`` the last."""
 
     def offer(self, version: int, grad: np.ndarray) -> None:

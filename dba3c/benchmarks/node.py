@@ -168,7 +168,7 @@ def profile_worker(config: str, overrides: list[str], window_s: float,
     section of the actor's and the trainer's loops over ``window_s`` seconds, from
     ``warmup_s`` after the first trainer step: ms per loop iteration and share of wall time,
     per thread. The run then ends as on SIGTERM."""
-    from dba3c.training.runner import train_single
+    from dba3c.distributed.single import train_single
 
     laps = WorkerLaps()
     marks: list[tuple[float, float, dict, dict]] = []  # wall, CPU time, actor, trainer

@@ -6,6 +6,8 @@ or by collectives among the workers (``collective/``). Which rank plays which:
 Reading order:
 
   run.py           run_rank / train_distributed: each rank plays its role to the end
+  single.py        train_single: a world of one process, on its LocalParameterServer (a
+                   ShardServer of all of theta; W replicas with dist.emulate_workers)
   roles.py         which rank is chief, parameter server, worker or evaluator; shard plans
   wire.py          the message kinds (Tag), one frozen dataclass with encode/decode each
   mailbox.py       Sender (sends kept alive until done), Inbox (a standing typed receive),

@@ -1,4 +1,4 @@
-"""``dba3c train``: one process (:func:`dba3c.training.runner.train_single`), or one rank of a
+"""``dba3c train``: one process (:func:`dba3c.distributed.single.train_single`), or one rank of a
 distributed run playing the role :mod:`dba3c.distributed.roles` gives it."""
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def train(config_path: str, overrides: list[str], world_size: int,
         cfg = load_config(config_path, overrides)
         if world_size > 1:
             return train_distributed(cfg, job)
-        from dba3c.training.runner import train_single
+        from dba3c.distributed.single import train_single
 
         summary = train_single(cfg, job=job)
         print(f"run finished at step {summary.get('final_step')} "

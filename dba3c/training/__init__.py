@@ -4,8 +4,6 @@
                  loop (gradient, push to the parameter store, load the next parameters)
   report.py      WorkerReport: the one schema of a worker's counters, losses and seconds
   chief.py       Chief: owns the run directory; logs, checkpoints, evaluations, stopping
-  runner.py      train_single: one process's run, on its LocalParameterServer (``dba3c train``
-                 itself, one process or a rank under mpiexec/srun, is distributed/run.py)
   checkpoint.py  the checkpoint format, written atomically; where a run starts
   rundir.py      the run and sweep directories' files, readers and atomic writers
   metrics.py     progress output, metrics.jsonl, TensorBoard, Weights & Biases

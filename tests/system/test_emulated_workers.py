@@ -1,6 +1,6 @@
 """dist.emulate_workers through the real command line: what it cannot be is refused with one
 ``error:`` line and exit code 2 before anything runs (the emulation itself, against a real
-sync run of 2 workers: tests/unit/training/test_runner.py)."""
+sync run of 2 workers: tests/unit/distributed/test_single.py)."""
 
 from __future__ import annotations
 

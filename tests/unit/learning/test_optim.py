@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from dba3c.config import AdamConfig, RMSPropConfig
 from dba3c.distributed.shard import ShardServer
+from dba3c.distributed.single import LocalParameterServer
 from dba3c.errors import UserError
 from dba3c.learning.optim import (
     Optimizer,
@@ -22,7 +23,6 @@ from dba3c.learning.params import shard_bounds
 from dba3c.learning.rules import OptimizerState, adam_update
 from dba3c.preset import load_config
 from dba3c.training import checkpoint
-from dba3c.training.runner import LocalParameterServer
 
 
 class RMSPropHyper(TypedDict):

@@ -15,10 +15,10 @@ import pytest
 from dba3c.distributed.collective.client import CollectiveClient
 from dba3c.distributed.roles import make_roles
 from dba3c.distributed.shard import ShardServer
+from dba3c.distributed.single import LocalParameterServer
 from dba3c.learning.optim import make_optimizer
 from dba3c.learning.params import ShardPlan
 from dba3c.learning.rules import OptimizerState
-from dba3c.training.runner import LocalParameterServer
 from tests.support.world import (
     N,
     grad_of,

@@ -1,4 +1,4 @@
-"""The single-process trainer (dba3c.training.runner): its parameter store
+"""The single-process trainer (dba3c.distributed.single): its parameter store
 (LocalParameterServer: a push is one Adam step; with W emulated workers, one Adam step on the
 mean of the step's W gradients) and one process emulating W synchronous workers
 (dist.emulate_workers) against a real sync run of W workers."""
@@ -13,6 +13,7 @@ import pytest
 from dba3c.config import Config
 from dba3c.distributed.run import run_rank
 from dba3c.distributed.shard import ShardServer
+from dba3c.distributed.single import LocalParameterServer, train_single
 from dba3c.distributed.transport.in_process import InProcessTransport
 from dba3c.games.envs import env_spaces
 from dba3c.learning.learner import Learner
@@ -20,7 +21,6 @@ from dba3c.learning.models import make_net_spec
 from dba3c.learning.rules import OptimizerState
 from dba3c.preset import load_config
 from dba3c.training.rundir import RunDir
-from dba3c.training.runner import LocalParameterServer, train_single
 from dba3c.training.worker import synthetic_batch
 from tests.support import assert_close, latest_checkpoint
 from tests.support.adam import PAPER_ADAM, _grads
