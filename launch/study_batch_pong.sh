@@ -3,7 +3,8 @@
 # configs/pong_small.yaml's network on one machine: one worker (the preset, mini-batch 64),
 # 16 x 32 = 512 and 64 x 32 = 2048 data points a step (dist.emulate_workers), two seeds each;
 # then, seed 0, the learning rate at 2048 (linear scaling x32 and x sqrt(32)) and Adam's
-# epsilon 1e-8 (the paper's large-batch choice) at 64 and 2048.
+# epsilon 1e-8 (the paper's large-batch choice) at 64 and 2048. The one-worker preset also
+# runs in bfloat16 (model.precision), two seeds, beside its float32 seeds.
 #
 # Every run has the same budget in data points (BUDGET, 5 M) and is evaluated every 192,000 data
 # points (30 greedy games, stopped once they cannot average 18), and ends at greedy 18.
@@ -44,12 +45,15 @@ run() {  # run NAME W SEED [KEY=VALUE ...]: W = 0 is the preset's one worker (mi
 run w64 64 0
 run w16 16 0
 run w1 0 0
+run w1-bf16 0 0 model.precision=bfloat16   # the same in bfloat16: is learning unharmed?
 run w64 64 1
 run w16 16 1
 run w1 0 1
+run w1-bf16 0 1 model.precision=bfloat16
 run w64-lr-linear 64 0 train.lr=0.0448      # 1.4e-3 x 2048 / 64
 run w64-lr-sqrt 64 0 train.lr=0.0079        # 1.4e-3 x sqrt(2048 / 64)
 run w64-eps1e-8 64 0 adam.epsilon=1e-8
 run w1-eps1e-8 0 0 adam.epsilon=1e-8
 dba3c plot "$OUT"/w1/* "$OUT"/w16/* "$OUT"/w64/* \
     --out docs/figures/study_batch_pong
+dba3c plot "$OUT"/w1/* "$OUT"/w1-bf16/* --out docs/figures/pong_small_bfloat16
