@@ -242,15 +242,20 @@ class DistConfig:
                                         "state whole and sums its gradient with one "
                                         "allreduce (half the message rounds of the exchange "
                                         "a step cannot hide); false: cut like the others")
-    overlap_probe_steps: int = _opt(20, NON_NEGATIVE, "with dist.collective_overlap: the "
-                                    "run's first N steps are serial and timed, and the ranks "
-                                    "then overlap only if the slowest rank's collectives took "
-                                    "longer than dist.overlap_cost x its compute (0: overlap "
-                                    "from the first step)")
-    overlap_cost: float = _opt(0.14, NON_NEGATIVE, "what overlapping costs a step, as a "
-                               "fraction of its compute (the staged step; docs/decisions.md, "
-                               "\"staged step cost\": dba3c bench real-ranks "
-                               "measures a node's own); synthetic ranks charge it too")
+    overlap_probe_steps: int = _opt(10, NON_NEGATIVE, "with "
+                                    "dist.collective_overlap: a probe makes N serial steps "
+                                    "then N overlapped ones, times each mode over its last "
+                                    "N - 1, and the ranks keep the faster (0: no probe, "
+                                    "overlapped from the first step)")
+    overlap_probe_every: int = _opt(1000, NON_NEGATIVE, "with dist.overlap_probe_steps: a "
+                                    "probe every N steps, the first at the run's start (0: "
+                                    "that one only); at least 2 x dist.overlap_probe_steps")
+    overlap_cost: float = _opt(0.14, NON_NEGATIVE, "what staging costs a synthetic rank's "
+                               "overlapped step, as a fraction of its compute (dba3c bench "
+                               "scale charges the cost bench/overlap_cost.json holds, which "
+                               "dba3c bench overlap-cost measures on the machine at hand; "
+                               "this default: 4 real ranks of 4 cores, docs/decisions.md, "
+                               "\"staged step cost\")")
     collective_algorithm: str = _opt("recursive", _one_of(*COLLECTIVE_ALGORITHMS),
                                       "recursive: reduce-scatter by recursive halving and "
                                       "allgather by recursive doubling, log2 W rounds each "
@@ -541,7 +546,7 @@ def _cross_field_errors(cfg: Config, env_known: bool = True) -> list[str]:
     if cfg.dist.mode == "async" and cfg.dist.replicas_to_aggregate not in (0, 1):
         errors.append(f"dist.replicas_to_aggregate={cfg.dist.replicas_to_aggregate} has no "
                       f"meaning in dist.mode=async (use 0)")
-    errors += _aggregation_errors(cfg)
+    errors += _aggregation_errors(cfg) + _probe_errors(cfg.dist)
     if cfg.dist.emulate_workers:
         errors += _emulation_errors(cfg)
     if cfg.synthetic.enabled:
@@ -581,6 +586,19 @@ def _aggregation_errors(cfg: Config) -> list[str]:
         errors.append(f"dist.chief_trains=false {needs_ps} (with collective aggregation the "
                       f"chief is a training rank)")
     return errors
+
+
+def _probe_errors(dist: DistConfig) -> list[str]:
+    """A probe times each mode over all its steps but the first, so it needs two of each,
+    and a probe must end before the next one starts."""
+    probe, every = dist.overlap_probe_steps, dist.overlap_probe_every
+    if probe == 1:
+        return ["dist.overlap_probe_steps=1 times nothing (a mode's first step is not timed): "
+                "use 0 (no probe) or at least 2"]
+    if probe and every and every < 2 * probe:
+        return [f"dist.overlap_probe_every={every} must be 0 or at least 2 x "
+                f"dist.overlap_probe_steps={probe} (a probe's {2 * probe} steps)"]
+    return []
 
 
 def _emulation_errors(cfg: Config) -> list[str]:

@@ -265,7 +265,7 @@ OPERATIONAL_KEYS = frozenset({
     "env.num_threads", "train.intra_op_threads", "train.inter_op_threads",
     "dist.stall_timeout", "dist.poll_max_ms", "dist.collective_poll_us",
     "dist.collective_algorithm", "dist.collective_overlap", "dist.replicate_first_bucket",
-    "dist.overlap_probe_steps", "dist.overlap_cost",
+    "dist.overlap_probe_steps", "dist.overlap_probe_every", "dist.overlap_cost",
     # fault injection that delays or fails a rank
     "debug.slow_rank", "debug.slow_seconds", "debug.fail_rank", "debug.fail_step",
     # synthetic ranks' compute time

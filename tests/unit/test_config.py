@@ -242,6 +242,20 @@ def test_ps_aggregation_needs_a_parameter_server_and_collective_none():
     from_dict({"dist": {**COLLECTIVE, "workers": 4, "replicas_to_aggregate": 4}})
 
 
+def test_an_overlap_probe_times_two_steps_of_each_mode_and_ends_before_the_next():
+    with pytest.raises(UserError, match=r"dist.overlap_probe_steps=1 times nothing \(a "
+                       r"mode's first step is not timed\): use 0 \(no probe\) or at least 2"):
+        from_dict({"dist": {"overlap_probe_steps": 1}})
+    with pytest.raises(UserError) as e:
+        from_dict({"dist": {"overlap_probe_steps": 5, "overlap_probe_every": 9}})
+    assert str(e.value) == ("dist.overlap_probe_every=9 must be 0 or at least 2 x "
+                            "dist.overlap_probe_steps=5 (a probe's 10 steps)")
+    for every in (0, 10):  # once; back to back
+        assert from_dict({"dist": {"overlap_probe_steps": 5,
+                                   "overlap_probe_every": every}}).dist.overlap_probe_every == every
+    assert from_dict({"dist": {"overlap_probe_steps": 0, "overlap_probe_every": 1}})
+
+
 def test_poll_caps_and_the_collective_algorithm_are_reported_together():
     with pytest.raises(UserError) as e:
         from_dict({"dist": {"poll_max_ms": 0, "collective_poll_us": -5,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -37,24 +38,30 @@ from dba3c.training.worker import AfterBackward, AfterStep, Worker
 PROGRESS_CAPS = 4
 
 
-def overlap_pays(wait_s: np.ndarray, compute_s: np.ndarray,
-                 cost: float) -> tuple[bool, str]:
-    """Whether overlapping pays, from every rank's serial steps: ``wait_s[r]`` the seconds
-    rank r's step waited in its collectives (and the shard's update), ``compute_s[r]`` the
-    rest of its step. A rank's wait also holds the time it waited for slower ranks, which
-    overlap cannot hide; the slowest rank, s = argmin(wait_s), waits for the collectives
-    alone. Overlap hides at most ``wait_s[s]`` a step and costs ``cost`` x
-    ``compute_s[s]`` (``dist.overlap_cost``), so it pays when
-    ``wait_s[s] > cost x compute_s[s]``: the same answer on every rank. Also the line that
-    says so."""
-    s = int(np.argmin(wait_s))
-    wait, compute = float(wait_s[s]), float(compute_s[s])
-    pays = wait > cost * compute
-    return pays, (f"collective overlap {'on' if pays else 'off'}: the slowest rank's serial "
-                  f"step waited {1000 * wait:.1f} ms for its collectives, "
-                  f"{'more' if pays else 'no more'} than overlapping costs "
-                  f"({cost:g} x {1000 * compute:.1f} ms of compute = "
-                  f"{1000 * cost * compute:.1f} ms)")
+def overlap_choice(serial_s: np.ndarray, overlapped_s: np.ndarray,
+                   was: bool | None) -> tuple[bool, str | None]:
+    """Whether to overlap, from every rank's seconds per step in a probe's serial steps
+    (``serial_s[r]``) and overlapped ones (``overlapped_s[r]``): the faster mode by the
+    ranks' mean (gathered, so every rank reaches the same answer; the steps are synchronous,
+    so the ranks' times differ only by noise). Also the line that says so when the choice
+    is not ``was`` (the one in force; None before the first), else None."""
+    serial, overlapped = float(np.mean(serial_s)), float(np.mean(overlapped_s))
+    overlap = overlapped < serial
+    if overlap == was:
+        return overlap, None
+    return overlap, (f"collective overlap {'on' if overlap else 'off'}: overlapped steps "
+                     f"took {1000 * overlapped:.1f} ms, serial ones {1000 * serial:.1f} ms "
+                     f"({100 * (overlapped / serial - 1):+.1f}%; the ranks' mean)")
+
+
+def probe_mode(step: int, probe: int, every: int) -> str:
+    """What a run's ``step``-th step (1, 2, ... from its start) is: ``"serial"`` or
+    ``"overlapped"`` in a probe (``dist.overlap_probe_steps`` of each, one every
+    ``dist.overlap_probe_every`` steps, 0: at the start only), else ``"chosen"``."""
+    position = step - 1 if every == 0 else (step - 1) % every
+    if position < probe:
+        return "serial"
+    return "overlapped" if position < 2 * probe else "chosen"
 
 
 def offering(client: StagedClient, version: int,
@@ -93,51 +100,81 @@ class StagedTraining:
 
     def land(self, report: WorkerReport) -> Params:
         """The arriving version, wholly arrived, into the prediction variables; its step's
-        ``after_step``."""
+        ``after_step``. Nothing is arriving after it."""
         assert self.arriving is not None, "a version is on its way"
         params = self.arriving.params()
+        self.arriving = None
         self.worker.learner.set_params(params.theta, params.version, bucketed=True)
         self.after_step(params, report)
         return params
 
     def run(self) -> Params | None:
         """Train until the client ends the run; the last parameters (None if the client
-        ended it without them), as :meth:`~dba3c.training.worker.Worker.train`. The first
-        ``dist.overlap_probe_steps`` steps are serial, the second half of them timed (the
-        first traces the graphs); the rest overlap if :func:`overlap_pays` for every rank's
-        timings (gathered: each rank reaches the same answer), else stay serial."""
+        ended it without them), as :meth:`~dba3c.training.worker.Worker.train`. Without a
+        probe (``dist.overlap_probe_steps`` 0) every step overlaps; with one, every
+        ``dist.overlap_probe_every`` steps (the first at the start) the ranks time that many
+        serial steps and as many overlapped ones and keep the faster
+        (:func:`overlap_choice`: every rank gathers every rank's timings, so each reaches
+        the same answer; rank 0 says so in one line when the choice changes)."""
         worker, client = self.worker, self.client
-        params = worker.start(client)
+        params: Params | None = worker.start(client)
+        assert params is not None
         if worker.cfg.train.reached_max_steps(params.version):
             return params
+        dist = worker.cfg.dist
         try:
-            probe = worker.cfg.dist.overlap_probe_steps
-            if probe:
-                timed = probe - probe // 2
-                for steps in (probe // 2, timed):
-                    started, waited = time.perf_counter(), worker.t_wait_params
-                    probed = worker.train_from(client, self.after_step, params, steps)
-                    if probed is None or client.stopping:
-                        return probed
-                    params = probed
-                step_s = (time.perf_counter() - started) / timed
-                wait_s = (worker.t_wait_params - waited) / timed
-                times = client.gather(np.array([wait_s, step_s - wait_s]))
-                overlap, why = overlap_pays(times[:, 0], times[:, 1],
-                                            worker.cfg.dist.overlap_cost)
-                if worker.rank == 0:
-                    print(f"from step {params.version}: {why}", file=sys.stderr, flush=True)
-                if not overlap:
-                    return worker.train_from(client, self.after_step, params)
-            return self.overlapped(params)
+            if not dist.overlap_probe_steps:
+                return self.overlapped(params)
+            overlap: bool | None = None
+            while params is not None and not client.stopping:
+                timings = []
+                for mode in (worker.train_from, self.overlapped_steps):
+                    step_s, params = self.timed(mode, params, dist.overlap_probe_steps)
+                    if params is None or client.stopping:
+                        return params
+                    timings.append(step_s)
+                times = client.gather(np.array(timings))
+                overlap, line = overlap_choice(times[:, 0], times[:, 1], overlap)
+                if line and worker.rank == 0:
+                    print(f"from step {params.version}: {line}", file=sys.stderr, flush=True)
+                mode = self.overlapped_steps if overlap else worker.train_from
+                chosen = dist.overlap_probe_every - 2 * dist.overlap_probe_steps
+                if dist.overlap_probe_every == 0:
+                    return mode(client, self.after_step, params)
+                if chosen:
+                    params = mode(client, self.after_step, params, chosen)
+            return params
         finally:
             worker.stop()
 
-    def overlapped(self, params: Params) -> Params | None:
-        """Overlapped steps from ``params`` (loaded, no collective in flight) to the end."""
+    def timed(self, mode: Callable[..., Params | None], params: Params,
+              steps: int) -> tuple[float, Params | None]:
+        """``steps`` steps of ``mode`` (:meth:`Worker.train_from
+        <dba3c.training.worker.Worker.train_from>` or :meth:`overlapped_steps`) from
+        ``params``: the seconds per step of all but the first (which may trace a graph) and
+        the parameters after them (None: the client ended the run)."""
+        after: Params | None = mode(self.client, self.after_step, params, 1)
+        if after is None or self.client.stopping:
+            return 0.0, after
+        started = time.perf_counter()
+        after = mode(self.client, self.after_step, after, steps - 1)
+        return (time.perf_counter() - started) / (steps - 1), after
+
+    def overlapped_steps(self, client: StagedClient, after_step: AfterStep, params: Params,
+                         max_steps: int | None = None) -> Params | None:
+        """:meth:`overlapped` in :meth:`Worker.train_from
+        <dba3c.training.worker.Worker.train_from>`'s signature (the client and ``after_step``
+        are this loop's own)."""
+        assert client is self.client and after_step is self.after_step
+        return self.overlapped(params, max_steps)
+
+    def overlapped(self, params: Params, max_steps: int | None = None) -> Params | None:
+        """Overlapped steps from ``params`` (loaded, no collective in flight) to the end, or
+        ``max_steps`` of them; the last parameters, landed (nothing left in flight)."""
         worker, client = self.worker, self.client
         lap = worker.laps.trainer.lap
         report = worker.report({}, 0.0)
+        steps = 0
         with Poller(client.progress, PROGRESS_CAPS * worker.cfg.dist.collective_poll_s):
             while True:
                 batch = worker.next_batch(params.version)
@@ -159,5 +196,6 @@ class StagedTraining:
                     return None
                 worker.check_streak(self.arriving.nonfinite_streak, self.arriving.version)
                 report = worker.report(losses, float(version - batch.version.mean()))
-                if client.stopping:
+                steps += 1
+                if client.stopping or steps == max_steps:
                     return self.land(report)
