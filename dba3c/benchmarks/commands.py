@@ -6,6 +6,7 @@
   long        memory and disk over one long run
   scale       (root) synthetic-compute runs on the emulated cluster
   real-ranks  real TensorFlow ranks: what the collective mode's overlap costs
+  overlap-cost  one real rank: what staging costs a step here, for scale to charge
   waiting     what waiting in a collective costs, polled or blocked
   stages      what a staged gradient costs
 
@@ -127,6 +128,19 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                    "shaped at RATE (root)")
     p.add_argument("--work-dir", default="runs/real_ranks")
     p.add_argument("--out", default="bench/real_ranks.json")
+
+    p = benches.add_parser("overlap-cost", help="what the overlapped collective step costs "
+                           "one real rank on this machine, for dba3c bench scale to charge",
+                           description="One real rank on all of this machine's cores, "
+                           "serial and overlapped steps alternating in one run: what staging "
+                           "costs a step (dba3c.benchmarks.overlap_cost); written to --out, "
+                           "where dba3c bench scale reads it.")
+    p.add_argument("--config", default="configs/breakout_64.yaml")
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--probe-steps", type=int, default=10,
+                   help="steps of each mode in a probe (default 10)")
+    p.add_argument("--work-dir", default="runs/overlap_cost")
+    p.add_argument("--out", default="bench/overlap_cost.json")
 
     p = benches.add_parser("waiting", help="what waiting in a collective costs, polled or "
                            "blocked: step time and a waiting rank's CPU",
@@ -258,6 +272,13 @@ def _real_ranks(args: argparse.Namespace) -> int:
                          work_dir=Path(args.work_dir), out=Path(args.out))
 
 
+def _overlap_cost(args: argparse.Namespace) -> int:
+    from dba3c.benchmarks.overlap_cost import measure
+
+    return measure(args.config, args.steps, args.probe_steps, Path(args.work_dir),
+                   Path(args.out))
+
+
 def _waiting(args: argparse.Namespace) -> int:
     from dba3c.benchmarks.waiting import rank_of_point, waiting_command
 
@@ -277,4 +298,5 @@ def _stages(args: argparse.Namespace) -> int:
 
 BENCHES: dict[str, Callable[[argparse.Namespace], int]] = {
     "node": _node, "precision": _precision, "profile": _profile, "long": _long, "scale": _scale,
-    "real-ranks": _real_ranks, "waiting": _waiting, "stages": _stages}
+    "real-ranks": _real_ranks, "overlap-cost": _overlap_cost, "waiting": _waiting,
+    "stages": _stages}

@@ -101,15 +101,20 @@ def rank_commands(program: list[str], ranks: int, cores: int) -> list[str]:
             for word in ([":"] if i else []) + segment]
 
 
-def run_once(config: str, ranks: int, cores: int, steps: int, mode: str, run_dir: Path,
-             tcp: bool, nodes_args: list[str] | None = None) -> dict:
-    """One job; its figures (see the module docstring). ``nodes_args``: the mpiexec options
-    that put rank k on emulated node k + 1 (``--namespaces``)."""
+def run_job(config: str, config_overrides: list[str], ranks: int, cores: int,
+            run_dir: Path, tcp: bool = False, nodes_args: list[str] | None = None,
+            evaluator: bool = False) -> tuple[str, list[dict], float, float]:
+    """``dba3c train`` of ``ranks`` ranks with ``config_overrides`` (run.dir ``run_dir``,
+    made afresh), each bound to ``cores`` CPUs: its stderr, metrics records, CPU seconds
+    (every process of the job) and wall seconds. ``nodes_args``: the mpiexec options that
+    put rank k on emulated node k + 1 (``--namespaces``). ``evaluator``: also an evaluator
+    rank, and no rank bound (a world of one rank would train alone, not collectively; with
+    ``eval.every=0`` the evaluator only waits)."""
     shutil.rmtree(run_dir, ignore_errors=True)
-    config_overrides = overrides(ranks, steps, mode, run_dir)
     if nodes_args is None:
-        cmd = launch_command(config, config_overrides, workers=ranks, ps=0, evaluator=False,
-                             mpiexec_args=["-bind-to", f"core:{cores}"])
+        cmd = launch_command(config, config_overrides, workers=ranks, ps=0,
+                             evaluator=evaluator,
+                             mpiexec_args=[] if evaluator else ["-bind-to", f"core:{cores}"])
     else:
         extra, world = launch_layout(config, config_overrides, workers=ranks, ps=0,
                                      evaluator=False)
@@ -126,14 +131,25 @@ def run_once(config: str, ranks: int, cores: int, steps: int, mode: str, run_dir
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"exit {proc.returncode}: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
-    metrics = RunDir(run_dir).read_metrics()
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return proc.stderr, RunDir(run_dir).read_metrics(), cpu, wall
+
+
+def overlap_choices(stderr: str) -> list[str]:
+    """The lines of a job's ``stderr`` in which rank 0 said which step it kept."""
+    return [line for line in stderr.splitlines() if ": collective overlap " in line]
+
+
+def run_once(config: str, ranks: int, cores: int, steps: int, mode: str, run_dir: Path,
+             tcp: bool, nodes_args: list[str] | None = None) -> dict:
+    """One job (:func:`run_job`) in ``mode``; its figures (see the module docstring)."""
+    stderr, metrics, cpu, wall = run_job(config, overrides(ranks, steps, mode, run_dir),
+                                         ranks, cores, run_dir, tcp, nodes_args)
     return {"mode": mode, "step_s": steady_step_seconds(metrics, warmup=steps // 2),
             "data_points_per_s": steady_throughput(metrics),
             "cpu_s_per_step": cpu / steps, "wall_s": wall, "steps": len(metrics),
-            "first_lines": FIRST_LINE.findall(proc.stderr),
-            "overlap_choices": [line for line in proc.stderr.splitlines()
-                                if ": collective overlap " in line]}
+            "first_lines": FIRST_LINE.findall(stderr),
+            "overlap_choices": overlap_choices(stderr)}
 
 
 def shape_loopback(rate: str | None) -> None:

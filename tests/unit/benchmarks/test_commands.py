@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dba3c.benchmarks import node, precision, real_ranks, stages, waiting
+from dba3c.benchmarks import node, overlap_cost, precision, real_ranks, stages, waiting
 from dba3c.benchmarks.scale import report
 from dba3c.cli import main
 from tests.support import ROOT
@@ -66,6 +66,14 @@ def test_bench_real_ranks_compares_the_modes_it_is_given(monkeypatch):
         "out": Path("bench/real_ranks.json")})]
 
 
+def test_bench_overlap_cost_measures_one_rank_into_what_scale_reads(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(overlap_cost, "measure", recorder(calls, 0))
+    assert main(["bench", "overlap-cost", "--steps", "120", "--probe-steps", "6"]) == 0
+    assert calls == [(("configs/breakout_64.yaml", 120, 6, Path("runs/overlap_cost"),
+                       Path("bench/overlap_cost.json")), {})]
+
+
 def test_bench_waiting_measures_its_points_or_plays_one_rank_of_a_point(monkeypatch):
     points: list = []
     rank: list = []
@@ -89,15 +97,15 @@ def test_bench_stages_times_the_stages_of_the_config(monkeypatch, capsys):
     assert capsys.readouterr().out == "| 1 |\n"
 
 
-BENCHES = "{node,precision,profile,long,scale,real-ranks,waiting,stages}"
+BENCHES = "{node,precision,profile,long,scale,real-ranks,overlap-cost,waiting,stages}"
 UNKNOWN = "unrecognized arguments: {} (see `dba3c --help`)"
 
 
 @pytest.mark.parametrize("argv, message", [
     ([], f"the following arguments are required: {BENCHES} (see `dba3c bench --help`)"),
     (["nodes"], f"argument {BENCHES}: invalid choice: 'nodes' (choose from 'node', 'precision', "
-                f"'profile', 'long', 'scale', 'real-ranks', 'waiting', 'stages') (see `dba3c "
-                f"bench --help`)"),
+                f"'profile', 'long', 'scale', 'real-ranks', 'overlap-cost', 'waiting', "
+                f"'stages') (see `dba3c bench --help`)"),
     (["node", "--run-dir", "x"], UNKNOWN.format("--run-dir")),
     (["profile", "--seconds", "5"], UNKNOWN.format("--seconds")),
     (["long", "--quick"], UNKNOWN.format("--quick")),
