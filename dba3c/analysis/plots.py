@@ -272,10 +272,19 @@ def scaling_tables(rows: list[dict]) -> dict[str, Table]:
 
 def scale_mode(point: dict) -> str:
     """How a scale point aggregates: ``P=4`` (parameter servers), ``collective, serial`` or
-    ``collective, overlapped``."""
+    ``collective, overlapped``, then :func:`wire_label`."""
     if point.get("aggregation") == "collective":
-        return "collective, overlapped" if point.get("overlap") else "collective, serial"
-    return f"P={point['ps']}"
+        mode = "collective, overlapped" if point.get("overlap") else "collective, serial"
+    else:
+        mode = f"P={point['ps']}"
+    return mode + wire_label(point)
+
+
+def wire_label(point: dict) -> str:
+    """How a scale point's gradients travel, as a series label's tail: nothing for float32
+    (also a point measured before ``--wire-dtype`` existed), ``, bfloat16 gradients``."""
+    dtype = point.get("wire_dtype", "float32")
+    return "" if dtype == "float32" else f", {dtype} gradients"
 
 
 def scale_tables(results: dict) -> dict[str, Table]:
@@ -285,10 +294,11 @@ def scale_tables(results: dict) -> dict[str, Table]:
     the FC 128 points, one series per link rate and mode (:func:`scale_mode`: P, or
     collective), with ``ideal_linear`` E = 1; throughput vs P the ``ps`` points at FC 128
     and the largest W and throughput vs FC those at the largest W and P = 4, one series per
-    link rate. A point measured more than once (the same series and x, e.g. from several
-    results files) is their mean (``runs``: how many). Each row also gives the analytic
-    model's value (``model_*``) and the point's time scale. A figure is made only if its x
-    takes several values.
+    link rate; points whose gradients travel in bfloat16 are series of their own
+    (:func:`wire_label`). A point measured more than once (the same series and x, e.g. from
+    several results files) is their mean (``runs``: how many). Each row also gives the
+    analytic model's value (``model_*``) and the point's time scale. A figure is made only if
+    its x takes several values.
     """
     plain = [p for p in results["points"]
              if "error" not in p and not p["replicas"] and not p["slow_workers"]]
@@ -300,10 +310,10 @@ def scale_tables(results: dict) -> dict[str, Table]:
         "scale_throughput_vs_ps": (
             [p for p in plain if p["hidden"] == 128 and p["workers"] == top
              and p.get("aggregation") != "collective"],
-            lambda p: f"W={top}, {p['link_gbit']} Gb/s, FC 128"),
+            lambda p: f"W={top}, {p['link_gbit']} Gb/s, FC 128{wire_label(p)}"),
         "scale_throughput_vs_hidden": (
             [p for p in plain if p["workers"] == top and p["ps"] == 4],
-            lambda p: f"W={top}, P=4, {p['link_gbit']} Gb/s"),
+            lambda p: f"W={top}, P=4, {p['link_gbit']} Gb/s{wire_label(p)}"),
     }
     tables = {}
     for name, (points, series) in selections.items():

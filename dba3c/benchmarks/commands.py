@@ -109,6 +109,10 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--point-timeout", type=float, default=None, metavar="SECONDS",
                    help="end a point still running after this long and record it as failed "
                    "(default 300)")
+    p.add_argument("--wire-dtype", choices=("float32", "bfloat16"), default=None,
+                   help="the gradients' type on the wire at every point, as dist.wire_dtype "
+                   "(bfloat16: half the gradient bytes; parameters stay float32; default: "
+                   "the config's, float32)")
 
     p = benches.add_parser("real-ranks", help="real TensorFlow ranks on this machine: what "
                            "the collective mode's overlap costs a step, off, on or auto",
@@ -260,7 +264,7 @@ def _scale(args: argparse.Namespace, out_json: Path,
     return scale_command(args.config, args.overrides, args.quick, args.compute_ms,
                          args.time_scale, out_json, log_dir, args.aggregation,
                          Selection(args.workers, args.ps, args.links, args.hidden),
-                         point_timeout)
+                         point_timeout, args.wire_dtype)
 
 
 def _real_ranks(args: argparse.Namespace) -> int:

@@ -59,7 +59,7 @@ from dba3c.benchmarks.scale.model import Bucket, model_step_seconds, net_buckets
 from dba3c.config import Config, DistConfig
 from dba3c.cpus import machine_description
 from dba3c.distributed.roles import overlaps, required_world_size
-from dba3c.errors import Interrupted
+from dba3c.errors import Interrupted, UserError
 from dba3c.games.envs import env_spaces, spaces_key
 from dba3c.launchers.peak_rss import RssSampler
 from dba3c.learning.models import make_net_spec
@@ -436,12 +436,24 @@ def grid_net(config: str, overrides: list[str], grid: list[ScalePoint],
     return lambda point: values[point.hidden]
 
 
+def points_wire_dtype(cfg: Config, wire_dtype: str | None) -> str:
+    """The gradients' type on the wire at every point: ``wire_dtype`` (``--wire-dtype``),
+    else ``cfg``'s ``dist.wire_dtype``. A UserError when ``cfg`` sets one other than the
+    default and ``wire_dtype`` another (the points' overrides would silently replace it)."""
+    configured = cfg.dist.wire_dtype
+    if wire_dtype and configured not in (wire_dtype, DistConfig.wire_dtype):
+        raise UserError(f"--wire-dtype {wire_dtype} and dist.wire_dtype={configured} of the "
+                        f"config disagree (give one of them)")
+    return wire_dtype or configured
+
+
 def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
               time_scale: float, aggregation: str = "ps", chosen: Selection = EVERY_POINT,
               point_timeout: float = POINT_TIMEOUT_S,
               progress: Callable[[str], None] = lambda text: print(text, file=sys.stderr,
                                                                    flush=True),
-              partial: Callable[[dict], None] = lambda results: None) -> dict:
+              partial: Callable[[dict], None] = lambda results: None,
+              wire_dtype: str | None = None) -> dict:
     """Every point of the grid on the emulated cluster (started with as many nodes as the
     largest point has ranks, reshaped per link rate, stopped at the end); the results as
     one JSON-able dict, also handed to ``partial`` after each point. A point that fails, or
@@ -450,18 +462,23 @@ def run_scale(config: str, overrides: list[str], quick: bool, compute_ms: float 
     :class:`~dba3c.errors.Interrupted` (the points so far went to ``partial``).
     ``aggregation`` collective measures
     :func:`~dba3c.benchmarks.scale.grid.collective_grid` instead; ``chosen`` keeps only the
-    points it selects (:func:`~dba3c.benchmarks.scale.grid.select_points`)."""
+    points it selects (:func:`~dba3c.benchmarks.scale.grid.select_points`). Every point's
+    gradients travel in ``wire_dtype`` (``--wire-dtype``; None: the config's
+    ``dist.wire_dtype``, which must then not say otherwise)."""
     grid = select_points(collective_grid(quick) if aggregation == "collective"
                          else scale_grid(quick), chosen)
-    overlap = overlaps(load_config(config, overrides))  # dist.collective_overlap, in effect
-    grid = [replace(p, overlap=overlap) if p.aggregation == "collective" else p for p in grid]
+    cfg = load_config(config, overrides)
+    wire = points_wire_dtype(cfg, wire_dtype)
+    overlap = overlaps(cfg)  # dist.collective_overlap, in effect
+    grid = [replace(p, overlap=overlap and p.aggregation == "collective", wire_dtype=wire)
+            for p in grid]
     require_emulation()  # before anything is printed or started
     source = "--compute-ms" if compute_ms else COMPUTE_MS_SOURCE
     compute_ms = compute_ms or DEFAULT_COMPUTE_MS
     results: dict[str, Any]  # JSON
     results = {"config": config, "overrides": list(overrides), "quick": quick,
-               "aggregation": aggregation, "collective_algorithm": load_config(
-                   config, overrides).dist.collective_algorithm,
+               "aggregation": aggregation,
+               "collective_algorithm": cfg.dist.collective_algorithm, "wire_dtype": wire,
                "date": date.today().isoformat(), "machine": machine_description(),
                "compute_ms": compute_ms, "compute_ms_source": source, "time_scale": time_scale,
                "links": "emulated cluster: one rank per network namespace, htb-shaped veth "

@@ -27,7 +27,9 @@ class ScalePoint:
     links of ``link_gbit`` Gb/s; ``aggregation`` ps, or collective (then P = 0); ``overlap``:
     the collectives move the vector bucket by bucket while the workers compute
     (``dist.collective_overlap``; the model is then
-    :func:`~dba3c.benchmarks.scale.model.overlapped_step_seconds`)."""
+    :func:`~dba3c.benchmarks.scale.model.overlapped_step_seconds`); ``wire_dtype``: the
+    gradients' type on the wire (``dist.wire_dtype``: float32, or bfloat16, half the bytes;
+    parameters travel in float32 either way)."""
 
     workers: int
     ps: int
@@ -38,6 +40,7 @@ class ScalePoint:
     link_gbit: int = 10
     aggregation: str = "ps"
     overlap: bool = False
+    wire_dtype: str = "float32"
 
     def overrides(self) -> list[str]:
         """The config overrides of this point."""
@@ -45,6 +48,7 @@ class ScalePoint:
                 f"synthetic.slow_workers={self.slow_workers}",
                 f"synthetic.slow_factor={self.slow_factor}",
                 f"dist.aggregation={self.aggregation}", f"dist.ps={self.ps}",
+                f"dist.wire_dtype={self.wire_dtype}",
                 *([f"dist.collective_overlap={str(self.overlap).lower()}"]
                   if self.aggregation == "collective" else [])]
 
@@ -134,9 +138,11 @@ def select_points(grid: list[ScalePoint], chosen: Selection = EVERY_POINT) -> li
 
 
 def point_label(point: ScalePoint) -> str:
-    """W, P, FC, backups, stragglers and link of a point, for progress lines."""
+    """W, P, FC, backups, stragglers, gradients in bfloat16 and link of a point, for
+    progress lines."""
     extra = (f" R={point.replicas}" if point.replicas else "") + (
-        f" {point.slow_workers} slow x{point.slow_factor:g}" if point.slow_workers else "")
+        f" {point.slow_workers} slow x{point.slow_factor:g}" if point.slow_workers else "") + (
+        f" gradients in {point.wire_dtype}" if point.wire_dtype != "float32" else "")
     servers = ("collective" + (" overlapped" if point.overlap else "")
                if point.aggregation == "collective" else f"P={point.ps}")
     return (f"W={point.workers} {servers} FC={point.hidden}{extra} "

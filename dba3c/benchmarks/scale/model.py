@@ -5,7 +5,9 @@ Notation (times in seconds of the real, unscaled cluster; a step is global step 
 
   W, P, R     workers, parameter servers, gradients a step waits for (R = W without backups)
   N           parameters; M = 4 N x ``WIRE_PER_PAYLOAD``: bytes of one float32 vector on a
-              link, TCP/IP headers included (:func:`wire_bytes`)
+              link, TCP/IP headers included (:func:`wire_bytes`); the parameters travel so
+  G           bytes of one gradient on a link: M, or M / 2 in bfloat16 (``dist.wire_dtype``,
+              a point's ``wire_dtype``; :func:`wire_bytes` of its ``ELEMENT_BYTES``)
   B           a link's bytes per second, ``link_gbit`` x 1e9 / 8
   s           the time scale of an emulated measurement (links at B / s, compute T_c x s)
   T_c         a worker's compute per step
@@ -17,17 +19,17 @@ Notation (times in seconds of the real, unscaled cluster; a step is global step 
 
 ps aggregation (:func:`comm_seconds`, :func:`straggler_seconds`):
 
-  T_comm = max(R M / P, M) / B + max(W M / P, M) / B
+  T_comm = max(R G / P, G) / B + max(W M / P, M) / B
   T_step = T_c + T_comm + T_strag + T_a / s
 
 collective aggregation, serial (reduce-scatter then allgather of the whole vector; f the
 slowest rank's compute factor, ``slow_factor`` with stragglers, else 1):
 
-  T_comm = 2 (W - 1) / W x M / B
+  T_comm = (W - 1) / W x (G + M) / B
   T_step = f T_c + T_comm + 2 rho(W) T_round + T_a / s
 
-the emulating host as a second limit on the transfers (:func:`host_seconds`; ps: 2 W
-vectors per step, collective: 2 (W - 1)):
+the emulating host as a second limit on the transfers (:func:`host_seconds`; ps: W
+gradients and W parameter vectors per step, collective: W - 1 of each):
 
   T_comm <- max(T_comm, step bytes / (H s))
 
@@ -39,14 +41,15 @@ stage b computes F_b / D x f T_c forward and 2 F_b / D x f T_c backward (F_0 / D
 bucket b's reduce-scatter and allgather each hold the link, one collective at a time in the
 order posted, for
 
-  T_link_b = (W - 1) / W x M_b / B + rho(W) T_round      (M_b: bucket b's wire bytes)
+  T_rs_b = (W - 1) / W x G_b / B + rho(W) T_round      (G_b: bucket b's gradient bytes)
+  T_ag_b = (W - 1) / W x M_b / B + rho(W) T_round      (M_b: its parameters' bytes)
 
 and T_a / s runs after bucket 0's reduce-scatter; with H, B <- min(B, H s / W)
 (:func:`collective_rate`). One bucket gives the serial model. A replicated bucket 0
 (``dist.replicate_first_bucket``) is one allreduce by recursive doubling instead, rho(W)
-rounds that each move the whole bucket, and nothing to gather:
+rounds that each move the whole bucket's gradient, and nothing to gather:
 
-  T_link_0 = rho(W) (M_0 / B + T_round),  no allgather
+  T_rs_0 = rho(W) (G_0 / B + T_round),  T_ag_0 = 0
 """
 
 from __future__ import annotations
@@ -72,13 +75,16 @@ ADAM_S_PER_PARAM = 10e-9  # docs/benchmarks.md: Adam on N/P floats takes N/P x 1
 # W = 16 (docs/benchmarks.md, "Collective aggregation"; docs/decisions.md, "Waiting,
 # collectives and the emulated cluster"). A real network adds its own latency per round.
 ROUND_POLL_CAPS = 1.4
+# Bytes of one gradient element on the wire, per dist.wire_dtype (dba3c/distributed/wire.py);
+# parameters always travel in float32
+ELEMENT_BYTES = {"float32": 4, "bfloat16": 2}
 
 
 class Point(Protocol):
     """What the model reads of a grid point (:class:`~dba3c.benchmarks.scale.grid.ScalePoint`,
     whose module imports this one): W, P, R (0 = W), the number of stragglers and their
-    compute factor, the link in Gb/s, the aggregation (ps or collective) and whether the
-    collectives overlap compute."""
+    compute factor, the link in Gb/s, the aggregation (ps or collective), whether the
+    collectives overlap compute and the gradients' type on the wire (``dist.wire_dtype``)."""
 
     @property
     def workers(self) -> int: ...
@@ -96,19 +102,22 @@ class Point(Protocol):
     def aggregation(self) -> str: ...
     @property
     def overlap(self) -> bool: ...
+    @property
+    def wire_dtype(self) -> str: ...
 
 
-def wire_bytes(num_params: int) -> float:
-    """The bytes of one float32 vector of ``num_params`` on a link, TCP/IP headers included."""
-    return 4 * num_params * WIRE_PER_PAYLOAD
+def wire_bytes(num_params: int, dtype: str = "float32") -> float:
+    """The bytes of one vector of ``num_params`` in ``dtype`` (float32 or bfloat16) on a
+    link, TCP/IP headers included."""
+    return ELEMENT_BYTES[dtype] * num_params * WIRE_PER_PAYLOAD
 
 
 def step_bytes(point: Point, num_params: int) -> float:
     """The bytes one step moves over all links, TCP/IP headers included (ps: a gradient in
-    and a parameter vector out per worker; collective: 2 (W - 1) vectors over all nodes)."""
-    vectors = (2 * (point.workers - 1) if point.aggregation == "collective"
-               else 2 * point.workers)
-    return vectors * wire_bytes(num_params)
+    and a parameter vector out per worker; collective: W - 1 gradients and W - 1 parameter
+    vectors over all nodes)."""
+    vectors = point.workers - 1 if point.aggregation == "collective" else point.workers
+    return vectors * (wire_bytes(num_params, point.wire_dtype) + wire_bytes(num_params))
 
 
 def model_step_seconds(point: Point, num_params: int, compute_s: float,
@@ -136,7 +145,7 @@ def model_step_seconds(point: Point, num_params: int, compute_s: float,
         stages = overlap_stages(buckets or (Bucket(num_params, 1),), point.workers,
                                 compute_s * slowest * (1.0 + staged_cost),
                                 collective_rate(point, host_bytes_per_s, time_scale),
-                                algorithm, poll_s, replicated_first)
+                                algorithm, poll_s, replicated_first, point.wire_dtype)
         return overlapped_step_seconds(
             stages, ADAM_S_PER_PARAM * num_params / point.workers / time_scale)
     comm = comm_seconds(point, num_params)
@@ -186,15 +195,17 @@ class Stage:
 
 def overlap_stages(buckets: Sequence[Bucket], workers: int, compute_s: float,
                    rate_bytes_per_s: float, algorithm: str, poll_s: float,
-                   replicated_first: bool = False) -> list[Stage]:
+                   replicated_first: bool = False, wire_dtype: str = "float32") -> list[Stage]:
     """The stages of a step of ``compute_s`` = T_c over ``workers`` = W ranks. Compute in
     proportion to FLOPs: stage b runs F_b / D x T_c forward and 2 F_b / D x T_c backward
     (F_0 / D for stage 0, which computes no input gradient), D = the sum of all of them.
-    Bucket b's reduce-scatter and allgather each hold the link for the time its bytes take,
-    (W - 1)/W x ``wire_bytes``(N_b) / rate (summed over the buckets, the serial model's
-    :func:`comm_seconds`), plus its message rounds, :func:`phase_rounds` x
-    ``ROUND_POLL_CAPS`` x ``poll_s``. ``replicated_first``: bucket 0's allreduce holds the
-    link for log2 W rounds (recursive doubling) of its whole bytes and allgathers nothing."""
+    Bucket b's reduce-scatter and allgather each hold the link for the time their bytes
+    take, (W - 1)/W x ``wire_bytes``(N_b) / rate, the reduce-scatter's in ``wire_dtype``
+    (the gradient's type on the wire), the allgather's in float32 (summed over the buckets,
+    the serial model's :func:`comm_seconds`), plus their message rounds,
+    :func:`phase_rounds` x ``ROUND_POLL_CAPS`` x ``poll_s``. ``replicated_first``: bucket
+    0's allreduce holds the link for log2 W rounds (recursive doubling) of its whole
+    gradient's bytes and allgathers nothing."""
     forward, backward = stage_seconds(compute_s, [b.flops for b in buckets])
     round_s = ROUND_POLL_CAPS * poll_s
     rounds_s = phase_rounds(workers, algorithm) * round_s
@@ -203,11 +214,13 @@ def overlap_stages(buckets: Sequence[Bucket], workers: int, compute_s: float,
     for bucket, forward_s, backward_s in zip(buckets, forward, backward, strict=True):
         if replicated_first and not stages:
             doubling = phase_rounds(workers, "recursive")
-            allreduce_s = doubling * (wire_bytes(bucket.params) / rate_bytes_per_s + round_s)
+            allreduce_s = doubling * (wire_bytes(bucket.params, wire_dtype) / rate_bytes_per_s
+                                      + round_s)
             stages.append(Stage(forward_s, backward_s, allreduce_s, 0.0))
             continue
-        link_s = share * wire_bytes(bucket.params) / rate_bytes_per_s + rounds_s
-        stages.append(Stage(forward_s, backward_s, link_s, link_s))
+        reduce_s, gather_s = (share * wire_bytes(bucket.params, dtype) / rate_bytes_per_s
+                              + rounds_s for dtype in (wire_dtype, "float32"))
+        stages.append(Stage(forward_s, backward_s, reduce_s, gather_s))
     return stages
 
 
@@ -215,7 +228,8 @@ def collective_rate(point: Point, host_bytes_per_s: float | None,
                     time_scale: float) -> float:
     """Bytes per second through a collective node's link: ``link_gbit``; with
     ``host_bytes_per_s`` = H at most H s / W, the emulating host moving every node's bytes
-    (:func:`host_seconds`: 2 (W - 1) vectors per step, W times a node's 2 (W - 1)/W)."""
+    (:func:`host_seconds`: W - 1 gradients and parameter vectors per step, W times a node's
+    (W - 1)/W of each)."""
     rate = point.link_gbit * 1e9 / 8
     if host_bytes_per_s:
         rate = min(rate, host_bytes_per_s * time_scale / point.workers)
@@ -291,7 +305,7 @@ def straggler_seconds(point: Point, num_params: int, compute_s: float) -> float:
     num_slow = max(0, point.slow_workers - (point.workers - waited))
     if not num_slow:
         return 0.0
-    shard, vector = link_seconds(point, num_params)
+    shard, vector = link_seconds(point, num_params, point.wire_dtype)
     on_time = compute_s + max(waited * shard, vector)
     others_in = compute_s + max((waited - num_slow) * shard, vector)
     late = max(others_in + num_slow * shard,
@@ -314,10 +328,12 @@ def collective_rounds(workers: int, algorithm: str) -> int:
     return 2 * phase_rounds(workers, algorithm)
 
 
-def link_seconds(point: Point, num_params: int) -> tuple[float, float]:
-    """(one parameter server's shard, a whole vector) through one link of ``link_gbit``: the
-    vector's M bytes with TCP/IP headers, a shard M / P of them."""
-    vector = wire_bytes(num_params) / (point.link_gbit * 1e9 / 8)
+def link_seconds(point: Point, num_params: int,
+                 dtype: str = "float32") -> tuple[float, float]:
+    """(one parameter server's shard, a whole vector) in ``dtype`` through one link of
+    ``link_gbit``: the vector's bytes with TCP/IP headers (:func:`wire_bytes`), a shard
+    1 / P of them."""
+    vector = wire_bytes(num_params, dtype) / (point.link_gbit * 1e9 / 8)
     return vector / max(point.ps, 1), vector
 
 
@@ -325,21 +341,22 @@ def comm_seconds(point: Point, num_params: int) -> float:
     """A step's transfer time when every worker computes T_c. ps: each PS link takes the R
     gradient shards a step waits for (R = W without backup workers), then sends W parameter
     shards, one after the other; neither direction takes less than a whole vector through a
-    worker's own link. collective: the ring reduce-scatter and allgather each move
-    (W - 1)/W M through every node's link, whatever W (MPI's own algorithms for these sizes
-    move the same bytes per node)."""
+    worker's own link. collective: the ring reduce-scatter moves (W - 1)/W G and the
+    allgather (W - 1)/W M through every node's link, whatever W (MPI's own algorithms for
+    these sizes move the same bytes per node). Gradients travel in ``point.wire_dtype``,
+    parameters in float32."""
+    grad_shard, grad = link_seconds(point, num_params, point.wire_dtype)
     shard, vector = link_seconds(point, num_params)
     if point.aggregation == "collective":
-        return 2 * (point.workers - 1) / point.workers * vector
+        return (point.workers - 1) / point.workers * (grad + vector)
     waited = point.replicas or point.workers
-    return max(waited * shard, vector) + max(point.workers * shard, vector)
+    return max(waited * grad_shard, grad) + max(point.workers * shard, vector)
 
 
 def host_seconds(point: Point, num_params: int, host_bytes_per_s: float,
                  time_scale: float) -> float:
     """How long the emulating host needs for a step's transfers (seconds, unscaled): every
-    byte of a step (ps: 2 W vectors; collective: 2 (W - 1) vectors over all nodes, TCP/IP
-    headers included) goes through its TCP stack and MPI on its few cores at
-    ``host_bytes_per_s``, in real time, so divided by the time scale. A real cluster spreads
-    that work over its nodes."""
+    byte of a step (:func:`step_bytes`, TCP/IP headers included) goes through its TCP stack
+    and MPI on its few cores at ``host_bytes_per_s``, in real time, so divided by the time
+    scale. A real cluster spreads that work over its nodes."""
     return step_bytes(point, num_params) / host_bytes_per_s / time_scale

@@ -15,9 +15,9 @@ from dba3c.errors import Interrupted
 
 def scale_table(r: dict, command: str) -> str:
     """The results as a dated Markdown page (a level-1 heading, the command, the machine, how
-    the figures were made, the table: emulated results, labelled so, with the model's step
-    times beside each measured one and their difference from it); ``command``: the command
-    line that reproduces them."""
+    the figures were made, the table: emulated results, labelled so, each point's settings
+    with its gradients' type on the wire, the model's step times beside each measured one
+    and their difference from it); ``command``: the command line that reproduces them."""
     rows = []
     for p in r["points"]:
         backup = f"{p['replicas']}/{p['workers']}" if p["replicas"] else "all"
@@ -25,7 +25,7 @@ def scale_table(r: dict, command: str) -> str:
         servers = (("coll. overlapped" if p.get("overlap") else "coll.")
                    if p.get("aggregation") == "collective" else p["ps"])
         head = (f"| {p['link_gbit']} | {p['time_scale']:g} | {p['workers']} | {servers} | "
-                f"{p['hidden']} | {backup} | {slow} |")
+                f"{p['hidden']} | {p.get('wire_dtype', 'float32')} | {backup} | {slow} |")
         if "error" in p:
             rows.append(f"{head} failed | | | | | | | |")
             continue
@@ -53,17 +53,20 @@ def scale_table(r: dict, command: str) -> str:
          f"in the steady window."
          + (f" Collectives: dist.collective_algorithm={r['collective_algorithm']}."
             if r["aggregation"] == "collective" else "")), "",
-        ("| link, Gb/s | s | W | P | FC | gradients per step | stragglers | step, ms | model, "
-         "ms | model, host-limited, ms | E | data points/s | CPU | peak RSS of a rank, MB |"),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", *rows, ""]) + "\n"
+        ("| link, Gb/s | s | W | P | FC | gradients on the wire | gradients per step | "
+         "stragglers | step, ms | model, ms | model, host-limited, ms | E | data points/s | "
+         "CPU | peak RSS of a rank, MB |"),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", *rows, ""]) + "\n"
 
 
 
 def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: float | None,
                   time_scale: float, out_json: Path, log_dir: Path | None = None,
                   aggregation: str = "ps", chosen: Selection = EVERY_POINT,
-                  point_timeout: float = POINT_TIMEOUT_S) -> tuple[str, Path | None]:
-    """Run the grid, write ``out_json`` and, with ``log_dir``, the Markdown page as a new log
+                  point_timeout: float = POINT_TIMEOUT_S,
+                  wire_dtype: str | None = None) -> tuple[str, Path | None]:
+    """Run the grid (gradients in ``wire_dtype``, ``--wire-dtype``; None: the config's),
+    write ``out_json`` and, with ``log_dir``, the Markdown page as a new log
     entry there; return the page and the entry's path (None without ``log_dir``). While it
     runs, the points so far are in ``NAME.partial.json`` beside ``out_json``; an interrupt
     (SIGINT, SIGTERM) leaves them there and raises :class:`~dba3c.errors.Interrupted` saying
@@ -77,7 +80,7 @@ def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: fl
 
     try:
         results = run_scale(config, overrides, quick, compute_ms, time_scale, aggregation,
-                            chosen, point_timeout, partial=partial)
+                            chosen, point_timeout, partial=partial, wire_dtype=wire_dtype)
     except Interrupted as e:
         where = partial_json if kept else "nowhere (none was measured)"
         raise Interrupted(e.signum, f"{len(kept)} points measured kept in {where}") from None
@@ -87,6 +90,7 @@ def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: fl
                + f" --time-scale {time_scale:g}"
                + (" --aggregation collective" if aggregation == "collective" else "")
                + chosen.options()
+               + (f" --wire-dtype {wire_dtype}" if wire_dtype else "")
                + (f" --point-timeout {point_timeout:g}"
                   if point_timeout != POINT_TIMEOUT_S else ""))
     table = scale_table(results, command_line(options, config, overrides))

@@ -385,6 +385,9 @@ def test_several_scale_results_are_drawn_together_both_modes_in_one_efficiency_f
                     ("10 Gb/s, collective, overlapped", 8, 0.5, 1)]
     assert plots.scale_mode({"aggregation": "collective", "overlap": False, "ps": 0}) == (
         "collective, serial")
+    assert plots.scale_mode({"aggregation": "collective", "overlap": True, "ps": 0,
+                             "wire_dtype": "bfloat16"}) == (
+        "collective, overlapped, bfloat16 gradients")
     # one ideal line (E = 1) over every series' W, on a linear efficiency axis from 0
     table = plots.scale_tables({"points": ps_run + first + second})
     figure = plots.draw_figure("scale_efficiency_vs_workers", table["scale_efficiency_vs_workers"])
@@ -393,6 +396,32 @@ def test_several_scale_results_are_drawn_together_both_modes_in_one_efficiency_f
     assert list(lines["ideal linear"].get_xdata()) == [1, 2, 4, 8]
     assert list(lines["ideal linear"].get_ydata()) == [1.0] * 4
     assert figure.axes[0].get_yscale() == "linear" and figure.axes[0].get_ylim()[0] == 0
+
+
+def test_points_with_gradients_in_bfloat16_are_series_apart_from_float32s():
+    # the same points twice, float32 and bfloat16 on the wire (bfloat16 steps 4 ms faster),
+    # and one float32 point recorded before points had a wire dtype
+    points = [(1, 4, 128, 12.5), (4, 1, 128, 20.0), (4, 4, 128, 16.0), (4, 4, 512, 40.0)]
+    float32 = [scale_point(w, ps, hidden=fc, step_ms=ms) for w, ps, fc, ms in points]
+    for point in float32[1:]:
+        point["wire_dtype"] = "float32"
+    bfloat16 = [{**scale_point(w, ps, hidden=fc, step_ms=ms - 4.0), "wire_dtype": "bfloat16"}
+                for w, ps, fc, ms in points]
+    tables = plots.scale_tables({"points": float32 + bfloat16})
+    bf16 = ", bfloat16 gradients"
+    assert [(r["series"], r["workers"], round(r["efficiency"], 9))
+            for r in tables["scale_efficiency_vs_workers"]] == [
+        ("10 Gb/s, P=1", 4, 0.5), (f"10 Gb/s, P=1{bf16}", 4, 0.625), ("10 Gb/s, P=4", 1, 0.8),
+        ("10 Gb/s, P=4", 4, 0.625), (f"10 Gb/s, P=4{bf16}", 1, round(10 / 8.5, 9)),
+        (f"10 Gb/s, P=4{bf16}", 4, round(10 / 12, 9))]
+    assert [(r["series"], r["ps"]) for r in tables["scale_throughput_vs_ps"]] == [
+        ("W=4, 10 Gb/s, FC 128", 1), ("W=4, 10 Gb/s, FC 128", 4),
+        (f"W=4, 10 Gb/s, FC 128{bf16}", 1), (f"W=4, 10 Gb/s, FC 128{bf16}", 4)]
+    assert [(r["series"], r["hidden"], round(r["data_points_per_s"], 6))
+            for r in tables["scale_throughput_vs_hidden"]] == [
+        ("W=4, P=4, 10 Gb/s", 128, 8000.0), ("W=4, P=4, 10 Gb/s", 512, 3200.0),
+        (f"W=4, P=4, 10 Gb/s{bf16}", 128, round(4 * 32 / 0.012, 6)),
+        (f"W=4, P=4, 10 Gb/s{bf16}", 512, round(4 * 32 / 0.036, 6))]
 
 
 def test_a_json_file_that_is_not_scale_results_is_refused(tmp_path):

@@ -49,10 +49,12 @@ def test_bench_scale_runs_the_grid_with_its_filters(monkeypatch, capsys):
     monkeypatch.setattr(report, "scale_command", recorder(calls, ("| table |\n", None)))
     assert main(["bench", "scale", "--config", BREAKOUT, "--aggregation", "collective",
                  "--workers", "64,128", "--links", "10", "--time-scale", "200"]) == 0
-    ((args, _),) = calls
+    assert main(["bench", "scale", "--config", BREAKOUT, "--wire-dtype", "bfloat16"]) == 0
+    (args, _), (bfloat16, _) = calls
     assert args[:7] == (BREAKOUT, [], False, None, 200.0, Path("bench/scale.json"), None)
     assert args[7] == "collective" and args[8].workers == (64, 128)
     assert args[8].links == (10,) and args[8].servers == () and args[9] == 300.0
+    assert args[10] is None and bfloat16[10] == "bfloat16"  # None: the config's
 
 
 def test_bench_real_ranks_compares_the_modes_it_is_given(monkeypatch):

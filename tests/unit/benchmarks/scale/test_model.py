@@ -22,6 +22,7 @@ from dba3c.benchmarks.scale.model import (
     overlap_stages,
     overlapped_step_seconds,
     overlapped_step_starts,
+    step_bytes,
 )
 from dba3c.learning.models import NetSpec
 from tests.support.scale import PAPER_NET, collective
@@ -103,6 +104,42 @@ def test_model_collective_moves_2_w_minus_1_over_w_vectors_per_node_whatever_w()
         2 * 63 * wire / 1.2e9 / 10)
 
 
+def test_gradients_in_bfloat16_take_half_the_bytes_and_parameters_stay_float32():
+    n, tc = 322_695, 0.0128
+    wire = 4 * n * 1514 / 1448  # the parameters, float32, with TCP/IP headers
+    grad = 2 * n * 1514 / 1448  # a gradient in bfloat16
+    adam_ps, adam_coll = n / 4 * 10e-9 / 10, n / 64 * 10e-9 / 10
+    ps, coll = ScalePoint(64, 4, wire_dtype="bfloat16"), collective(64, wire_dtype="bfloat16")
+    # ps, W = 64, P = 4 over 10 Gb/s: each PS link takes 64 gradient shards, sends 64
+    # parameter shards
+    assert model_step_seconds(ps, n, tc, 10) == pytest.approx(
+        tc + 64 * grad / 4 / 1.25e9 + 64 * wire / 4 / 1.25e9 + adam_ps)
+    # 4 stragglers at 4 x T_c come in after the links went idle: 4 T_c, their own gradient
+    # through a worker's link, then 64 parameter shards
+    slower = ScalePoint(64, 4, slow_workers=4, slow_factor=4.0, wire_dtype="bfloat16")
+    assert model_step_seconds(slower, n, tc, 10) == pytest.approx(
+        4 * tc + grad / 1.25e9 + 64 * wire / 4 / 1.25e9 + adam_ps)
+    # collective, W = 64, serial: 63/64 of a gradient and of a parameter vector per node
+    assert model_step_seconds(coll, n, tc, 10) == pytest.approx(
+        tc + 63 / 64 * (grad + wire) / 1.25e9 + 12 * 70e-6 + adam_coll)
+    # all nodes' bytes per step: ps W of each, collective W - 1 of each
+    assert step_bytes(ps, n) == pytest.approx(64 * (grad + wire))
+    assert step_bytes(coll, n) == pytest.approx(63 * (grad + wire))
+    assert step_bytes(collective(64), n) == pytest.approx(63 * 2 * wire)
+    assert host_seconds(coll, n, 1.2e9, 10) == pytest.approx(
+        63 * (grad + wire) / 1.2e9 / 10)
+    # overlapped: a bucket's reduce-scatter moves 2-byte elements, its allgather 4-byte
+    # ones; a replicated bucket 0's allreduce 2-byte ones
+    first, second = overlap_stages((Bucket(1000, 2), Bucket(3000, 3)), 4, 0.013, 1.25e9,
+                                   "recursive", 50e-6, replicated_first=True,
+                                   wire_dtype="bfloat16")
+    assert first == pytest.approx(
+        Stage(0.002, 0.002, 2 * (2 * 1000 * 1514 / 1448 / 1.25e9 + 70e-6), 0.0))
+    assert second == pytest.approx(
+        Stage(0.003, 0.006, 3 / 4 * 2 * 3000 * 1514 / 1448 / 1.25e9 + 2 * 70e-6,
+              3 / 4 * 4 * 3000 * 1514 / 1448 / 1.25e9 + 2 * 70e-6))
+
+
 def test_the_paper_network_has_a_bucket_per_layer_with_its_stage_flops():
     # bucket starts (0, 3200, 28800, 80000, 116864) of 322,695
     # (dba3c.learning.params.layer_buckets);
@@ -139,7 +176,8 @@ def test_stages_share_t_c_by_flops_and_hold_the_link_for_bytes_and_rounds():
 
 @pytest.mark.parametrize("point, host", [
     (collective(64), None), (collective(2), None), (collective(64, link_gbit=100), None),
-    (collective(16, slow_workers=1, slow_factor=3.0), None), (collective(64), 0.2e9)])
+    (collective(16, slow_workers=1, slow_factor=3.0), None), (collective(64), 0.2e9),
+    (collective(64, wire_dtype="bfloat16"), None), (collective(64, wire_dtype="bfloat16"), 0.2e9)])
 @pytest.mark.parametrize("algorithm, poll_s", [("recursive", 50e-6), ("mpi", 20e-6)])
 def test_one_bucket_overlaps_nothing_and_is_the_serial_model(point, host, algorithm, poll_s):
     n, tc = 322_695, 0.0128

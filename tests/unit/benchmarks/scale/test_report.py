@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from dba3c.benchmarks.scale.grid import Selection
 from dba3c.benchmarks.scale.report import scale_table
+from dba3c.errors import UserError
 from tests.support import ROOT
 
 
@@ -32,16 +34,18 @@ def test_table_lists_every_point_with_its_settings():
     r = scale_results()
     point = r["points"][0]
     table = scale_table(r, "dba3c bench scale --quick")
-    assert ("| 10 | 10 | 16 | 4 | 128 | 15/16 | 1 x2 | 20.5 | 18.4 (-10%) | 22.6 (+10%) | "
-            "0.65 | 23415 | 40% | 110 |") in table
+    # a point without its wire dtype (measured before there was a choice) sent float32
+    assert ("| 10 | 10 | 16 | 4 | 128 | float32 | 15/16 | 1 x2 | 20.5 | 18.4 (-10%) | "
+            "22.6 (+10%) | 0.65 | 23415 | 40% | 110 |") in table
     assert "this host's TCP stack at 1200 MB/s" in table
-    assert "| 100 | 50 | 64 | 8 | 128 | all | none | failed |" in table
+    assert "| 100 | 50 | 64 | 8 | 128 | float32 | all | none | failed |" in table
     assert "EMULATED: synthetic-compute ranks, T_c = 12.8 ms (assumed); emulated links" in table
     assert "Collectives:" not in table
     collective = scale_table({**r, "aggregation": "collective"}, "dba3c bench scale")
     assert "in the steady window. Collectives: dist.collective_algorithm=recursive." in collective
-    overlapped = {**point, "ps": 0, "aggregation": "collective", "overlap": True}
-    assert "| 10 | 10 | 16 | coll. overlapped | 128 |" in scale_table(
+    overlapped = {**point, "ps": 0, "aggregation": "collective", "overlap": True,
+                  "wire_dtype": "bfloat16"}
+    assert "| 10 | 10 | 16 | coll. overlapped | 128 | bfloat16 | 15/16 |" in scale_table(
         {**r, "aggregation": "collective", "points": [overlapped]}, "dba3c bench scale")
 
 
@@ -112,8 +116,8 @@ def test_scale_command_writes_every_point_to_json_and_logs_the_table(tmp_path, m
     assert "Command: `dba3c bench scale --quick --time-scale 10`" in table
     # W = 16 runs at s = 30: its FC 512 point moves 2.1 budgets of the host at s = 10
     assert table.count("\n| 10 | 30 | 16 | 4 |") == 6  # FC 128, 32, 512, and 3 backup rows
-    assert "| 100 | 50 | 16 | 4 | 128 | all | none | failed |" in table
-    assert "| 10 | 10 | 4 | 1 | 128 | all | none | failed |" in table
+    assert "| 100 | 50 | 16 | 4 | 128 | float32 | all | none | failed |" in table
+    assert "| 10 | 10 | 4 | 1 | 128 | float32 | all | none | failed |" in table
     assert results["points"][-1]["error"] == "rank 7 exited 1"
     # one job per link rate and time scale; the first stopped at its third point, the rest
     # relaunched
@@ -128,6 +132,29 @@ def test_scale_command_writes_every_point_to_json_and_logs_the_table(tmp_path, m
     assert len(runs) == 13 and all(c[4:] == (["-hosts", "node1"], 1.5e9, 300.0) for c in runs)
     assert results["host_bytes_per_s"] == 1.5e9
     assert [c[3] for c in runs] == [10] * 4 + [30] * 7 + [50] * 2
+    assert results["wire_dtype"] == "float32"
+    assert {p["wire_dtype"] for p in results["points"]} == {"float32"}
+
+    # --wire-dtype bfloat16: every point's ranks send their gradients in bfloat16, and the
+    # table and the command line say so
+    table, _ = scale_command("configs/breakout.yaml", [], True, None, 10.0,
+                             tmp_path / "bf16.json", None, "collective", Selection((16,)),
+                             wire_dtype="bfloat16")
+    results = json.loads((tmp_path / "bf16.json").read_text())
+    assert results["wire_dtype"] == "bfloat16" and len(results["points"]) == 5
+    assert {p["wire_dtype"] for p in results["points"]} == {"bfloat16"}
+    assert "Command: `dba3c bench scale --quick --time-scale 10 --aggregation collective " \
+           "--workers 16 --wire-dtype bfloat16`" in table
+    assert table.count(" | bfloat16 | all | ") == 5
+    # the config's dist.wire_dtype is the default; one that --wire-dtype contradicts is refused
+    scale_command("configs/breakout.yaml", ["dist.wire_dtype=bfloat16"], True, None, 10.0,
+                  tmp_path / "c.json", None, "collective", Selection((16,)))
+    results = json.loads((tmp_path / "c.json").read_text())
+    assert {p["wire_dtype"] for p in results["points"]} == {"bfloat16"}
+    with pytest.raises(UserError, match="^--wire-dtype float32 and dist.wire_dtype=bfloat16 "
+                                        "of the config disagree"):
+        scale_command("configs/breakout.yaml", ["dist.wire_dtype=bfloat16"], True, None, 10.0,
+                      tmp_path / "d.json", None, "collective", wire_dtype="float32")
 
 
 def test_bench_scale_says_where_it_wrote(tmp_path, monkeypatch, capsys):
@@ -176,7 +203,8 @@ def test_bench_log_writes_a_new_entry_each_time_and_never_edits_a_curated_page(
         out, err = capsys.readouterr()
         assert err == f"bench: results in bench/scale.json; log entry docs/log/{expected}\n"
         pages.append((tmp_path / "docs" / "log" / expected).read_text())
-        assert pages[-1] == out and "| 100 | 50 | 64 | 8 | 128 | all | none | failed |" in out
+        assert pages[-1] == out and "| 100 | 50 | 64 | 8 | 128 | float32 | all | none | " \
+                                    "failed |" in out
         assert out.startswith("# `dba3c bench scale --quick` on 2026-11-23 (emulated cluster)")
     assert pages[0] == pages[1]
     # without --log: the JSON only
