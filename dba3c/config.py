@@ -616,6 +616,10 @@ def _emulation_errors(cfg: Config) -> list[str]:
         errors.append(f"{key} computes real gradients in one process and "
                       f"synthetic.enabled=true runs synthetic ranks under mpiexec (set one "
                       f"of them off)")
+    if dist.wire_dtype != DistConfig.wire_dtype:
+        errors.append(f"dist.wire_dtype={dist.wire_dtype} has no meaning with {key}: its "
+                      f"gradients are averaged in the process, never on a wire (use "
+                      f"{DistConfig.wire_dtype})")
     return errors
 
 

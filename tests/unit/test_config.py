@@ -389,5 +389,11 @@ def test_emulated_workers_are_counted_from_zero_and_refuse_what_they_cannot_be()
     assert msg.endswith("; dist.emulate_workers=4 computes real gradients in one process "
                         "and synthetic.enabled=true runs synthetic ranks under mpiexec (set "
                         "one of them off)")
-    dist = from_dict({"dist": {"emulate_workers": 64, "replicas_to_aggregate": 64}}).dist
+    with pytest.raises(UserError) as e:  # W gradients averaged in one process: no wire
+        from_dict({"dist": {"emulate_workers": 4, "wire_dtype": "bfloat16"}})
+    assert str(e.value) == ("dist.wire_dtype=bfloat16 has no meaning with dist.emulate_workers=4: "
+                            "its gradients are averaged in the process, never on a wire (use "
+                            "float32)")
+    dist = from_dict({"dist": {"emulate_workers": 64, "replicas_to_aggregate": 64,
+                               "wire_dtype": "float32"}}).dist
     assert dist.emulate_workers == 64 and Config().dist.emulate_workers == 0
