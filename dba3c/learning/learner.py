@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
+import math
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -109,8 +109,10 @@ class Learner:
             return flat_concat(clip(tape.gradient(loss, params))), loss, parts
 
         self._predict, self._gradient = predict, gradient
-        self.train_variables = ([tf.Variable(t, name=f"train_{n.replace('/', '_')}")
-                                 for n, t in zip(self.layout.names, tensors)]
+        bounds = [*self.buckets, self.layout.num_params]
+        flat = np.asarray(theta, np.float32)
+        self.train_variables = ([tf.Variable(flat[lo:hi], name=f"train_bucket{b}")
+                                 for b, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))]
                                 if staged else None)
         self._copy = (TrainingCopy(spec, self.train_variables, loss_fn, clip, batch_sig,
                                    precision)
@@ -176,12 +178,9 @@ class Learner:
     def assign_bucket(self, bucket: int, theta_bucket: np.ndarray) -> None:
         """Load bucket ``bucket`` of the parameters, flat float32
         ``theta[buckets[bucket]:buckets[bucket + 1]]``, into the training variables only
-        (no lock: the trainer thread owns them; predictions keep their version). Needs
-        ``staged=True``."""
-        stage_vars = self._training_copy("assign_bucket").stages[bucket]
-        sizes = [int(np.prod(v.shape)) for v in stage_vars]
-        for var, t in zip(stage_vars, np.split(theta_bucket, np.cumsum(sizes)[:-1])):
-            var.assign(t.reshape(var.shape))
+        (no lock: the trainer thread owns them; predictions keep their version): one
+        assignment, the bucket's variable being flat. Needs ``staged=True``."""
+        self._training_copy("assign_bucket").buckets[bucket].assign(theta_bucket)
 
     def _training_copy(self, method: str) -> TrainingCopy:
         """The training copy, holding the last parameters loaded (and the buckets assigned
@@ -190,8 +189,9 @@ class Learner:
             raise ValueError(f"Learner.{method} needs a Learner made with staged=True (its "
                              "own copy of the training variables)")
         if not self._train_loaded:
-            for var, t in zip(itertools.chain(*self._copy.stages), self._current[0]):
-                var.assign(t)
+            tensors = iter(self._current[0])
+            for var, shapes in zip(self._copy.buckets, self._copy.shapes):
+                var.assign(flat_concat([next(tensors) for _ in shapes]))
             self._train_loaded = True
         return self._copy
 
@@ -218,8 +218,9 @@ def loss_stats(loss: tf.Tensor, parts: dict[str, tf.Tensor]) -> dict[str, float]
 
 
 class TrainingCopy:
-    """What only a ``staged=True`` Learner has: its training variables by stage (one list
-    per bucket), the staged gradient over them as two ``tf.function``s of (obs, a, R) (see
+    """What only a ``staged=True`` Learner has: its training variables, one flat variable
+    per bucket (:attr:`buckets`, holding the stage's tensors of :attr:`shapes` in layout
+    order), the staged gradient over them as two ``tf.function``s of (obs, a, R) (see
     :meth:`Learner.staged_gradient`: :attr:`gradient` runs the callbacks beside the compute
     where there is more than one inter-op thread, :attr:`inline_gradient` in line) and the
     callbacks of the call in progress (:attr:`hooks`). ``loss_fn(logits, v, a, R)``,
@@ -228,7 +229,8 @@ class TrainingCopy:
     def __init__(self, spec: NetSpec, train_variables: list[tf.Variable],
                  loss_fn: Callable[..., tuple], clip: Callable[[list], list],
                  batch_sig: list[tf.TensorSpec], precision: str = "float32"):
-        self.stages = stage_params(spec, train_variables)
+        self.buckets = train_variables
+        self.shapes = stage_params(spec, spec.layout().shapes)
         self.hooks = StageHooks()
         self._spec, self._loss_fn, self._clip, self._precision = spec, loss_fn, clip, precision
         self.gradient = tf.function(self._beside_the_compute, input_signature=batch_sig)
@@ -242,8 +244,9 @@ class TrainingCopy:
         return self._graph(obs, a, R, inline=True)
 
     def _graph(self, obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor, inline: bool) -> tuple:
-        return staged_graph(self._spec, self.stages, self.hooks, obs, a, R, self._loss_fn,
-                            self._clip, inline=inline, precision=self._precision)
+        return staged_graph(self._spec, list(zip(self.buckets, self.shapes)), self.hooks,
+                            obs, a, R, self._loss_fn, self._clip, inline=inline,
+                            precision=self._precision)
 
 
 def inter_op_threads() -> int:
@@ -298,12 +301,13 @@ class StageHooks:
         return tf.numpy_function(call, [] if g_b is None else [g_b], tf.bool)
 
 
-def staged_graph(spec: NetSpec, stages: list[list[tf.Variable]], hooks: StageHooks,
-                 obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor, loss_fn: Callable[..., tuple],
-                 clip: Callable[[list], list], *, inline: bool = False,
-                 precision: str = "float32") -> tuple:
-    """The staged gradient inside one ``tf.function``: (L, loss terms, g_0). Forward, each
-    stage reads its variables after its ``before_forward`` hook op and takes its input
+def staged_graph(spec: NetSpec, stages: list[tuple[tf.Variable, list[tuple[int, ...]]]],
+                 hooks: StageHooks, obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor,
+                 loss_fn: Callable[..., tuple], clip: Callable[[list], list], *,
+                 inline: bool = False, precision: str = "float32") -> tuple:
+    """The staged gradient inside one ``tf.function``: (L, loss terms, g_0). ``stages``:
+    each stage's flat variable and the shapes of the tensors it holds. Forward, each
+    stage reads its variable after its ``before_forward`` hook op and takes its input
     through ``tf.stop_gradient``; backward, stage by stage on one tape, each bucket's
     flat clipped g_b goes to its ``after_backward`` hook op (b > 0). ``inline``: a hook
     also waits for the compute before it, and the compute after it for the hook. The
@@ -311,13 +315,14 @@ def staged_graph(spec: NetSpec, stages: list[list[tf.Variable]], hooks: StageHoo
     x, sources, inputs, outputs = obs, [], [], []
     hook = None  # the last hook op: the next one runs after it
     with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
-        for b, stage_vars in enumerate(stages):
+        for b, (bucket, shapes) in enumerate(stages):
             after = ([] if hook is None else [hook]) + ([x] if inline else [])
             with tf.control_dependencies(after):
                 hook = hooks.op(b)
             with tf.control_dependencies([hook]):
                 inputs.append(tf.stop_gradient(x))  # the tape ends each stage here
-                values = [v.read_value() for v in stage_vars]
+                values = [tf.reshape(t, shape) for t, shape in zip(
+                    tf.split(bucket.read_value(), [math.prod(s) for s in shapes]), shapes)]
             sources.append(values + inputs[-1:] if b > 0 else values)  # obs: no gradient
             tape.watch(sources[-1])
             x = stage_forward(spec, b, values, inputs[-1], precision)
@@ -327,7 +332,7 @@ def staged_graph(spec: NetSpec, stages: list[list[tf.Variable]], hooks: StageHoo
     upstream, target = None, loss
     for b in reversed(range(len(stages))):
         grads = tape.gradient(target, sources[b], output_gradients=upstream)
-        g_b = flat_concat(clip(grads[:len(stages[b])]))
+        g_b = flat_concat(clip(grads[:len(stages[b][1])]))
         if b == 0:
             break
         with tf.control_dependencies([hook]):
