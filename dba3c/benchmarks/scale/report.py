@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dba3c.benchmarks.overlap_cost import charged_overlap_cost, staging_source
 from dba3c.benchmarks.record import command_line, record, write_results
 from dba3c.benchmarks.scale.cluster import POINT_TIMEOUT_S, run_scale
 from dba3c.benchmarks.scale.grid import EVERY_POINT, Selection
 from dba3c.errors import Interrupted
+from dba3c.preset import load_config
 
 
 def scale_table(r: dict, command: str) -> str:
@@ -52,7 +54,9 @@ def scale_table(r: dict, command: str) -> str:
          f"their difference from the measurement in brackets. CPU: the whole machine's use "
          f"in the steady window."
          + (f" Collectives: dist.collective_algorithm={r['collective_algorithm']}."
-            if r["aggregation"] == "collective" else "")), "",
+            if r["aggregation"] == "collective" else "")
+         + (f" Overlapped steps charged staging {r['overlap_cost']['value']:g} x T_c "
+            f"({staging_source(r['overlap_cost'])})." if "overlap_cost" in r else "")), "",
         ("| link, Gb/s | s | W | P | FC | gradients on the wire | gradients per step | "
          "stragglers | step, ms | model, ms | model, host-limited, ms | E | data points/s | "
          "CPU | peak RSS of a rank, MB |"),
@@ -73,14 +77,19 @@ def scale_command(config: str, overrides: list[str], quick: bool, compute_ms: fl
     how many and where."""
     partial_json = out_json.with_suffix(".partial.json")
     kept: list[dict] = []
+    # staging charged as this machine measured it (dba3c bench overlap-cost), if it did
+    charged, staging = charged_overlap_cost(overrides,
+                                            load_config(config, overrides).dist.overlap_cost)
 
     def partial(results: dict) -> None:  # a grid cut short keeps the points it measured
+        results["overlap_cost"] = staging
         write_results(results, partial_json)
         kept[:] = results["points"]
 
     try:
-        results = run_scale(config, overrides, quick, compute_ms, time_scale, aggregation,
+        results = run_scale(config, charged, quick, compute_ms, time_scale, aggregation,
                             chosen, point_timeout, partial=partial, wire_dtype=wire_dtype)
+        results["overlap_cost"] = staging
     except Interrupted as e:
         where = partial_json if kept else "nowhere (none was measured)"
         raise Interrupted(e.signum, f"{len(kept)} points measured kept in {where}") from None

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from dba3c.benchmarks.overlap_cost import DEFAULT_SOURCE
+from dba3c.benchmarks.record import write_results
 from dba3c.benchmarks.scale.grid import Selection
-from dba3c.benchmarks.scale.report import scale_table
+from dba3c.benchmarks.scale.report import scale_command, scale_table
 from dba3c.errors import UserError
 from tests.support import ROOT
 
@@ -210,8 +212,32 @@ def test_bench_log_writes_a_new_entry_each_time_and_never_edits_a_curated_page(
     # without --log: the JSON only
     assert main(argv) == 0
     assert capsys.readouterr().err == "bench: results in bench/scale.json\n"
-    assert json.loads((tmp_path / "bench" / "scale.json").read_text()) == scale_results()
+    # nothing measured here (no bench/overlap_cost.json): the config's cost, and whence
+    assert json.loads((tmp_path / "bench" / "scale.json").read_text()) == {
+        **scale_results(), "overlap_cost": {"value": 0.14, "source": DEFAULT_SOURCE}}
     assert sorted(p.name for p in (tmp_path / "docs" / "log").iterdir()) == [
         "2026-11-23-bench-scale-2.md", "2026-11-23-bench-scale.md"]
     assert curated.read_bytes() == b"# Benchmarks\n\nHand-written figures.\n"
     assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == ["benchmarks.md", "log"]
+
+
+def test_bench_scale_charges_the_staging_this_machine_measured(tmp_path, monkeypatch):
+    from dba3c.benchmarks.scale import report
+
+    monkeypatch.chdir(tmp_path)
+    write_results({"overlap_cost": 0.025, "machine": "Xeon, 2 cores", "date": "2026-11-28",
+                   "command": "dba3c bench overlap-cost"}, tmp_path / "bench/overlap_cost.json")
+    runs: list = []
+
+    def run_scale(config, overrides, *args, **kw):
+        runs.append(overrides)
+        return {**scale_results(), "aggregation": "collective"}
+
+    monkeypatch.setattr(report, "run_scale", run_scale)
+    table, _ = scale_command(str(ROOT / "configs/breakout.yaml"), ["model.hidden=512"], True,
+                             None, 10.0, tmp_path / "s.json", None, "collective")
+    assert runs == [["model.hidden=512", "dist.overlap_cost=0.0250"]]
+    assert ("Overlapped steps charged staging 0.025 x T_c (measured by dba3c bench "
+            "overlap-cost on Xeon, 2 cores, 2026-11-28).") in table
+    staging = json.loads((tmp_path / "s.json").read_text())["overlap_cost"]
+    assert (staging["machine"], staging["value"]) == ("Xeon, 2 cores", 0.025)
