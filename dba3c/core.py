@@ -91,6 +91,9 @@ class Incoming(Protocol):
     def params(self) -> Params:
         """Every bucket, once all have arrived."""
 
+    def arrived(self) -> bool:
+        """Whether every bucket has arrived (not waiting)."""
+
 
 class StagedClient(ParameterClient, Protocol):
     """A parameter store that takes a gradient bucket by bucket (``dba3c.learning.params.ShardPlan``
@@ -121,6 +124,12 @@ class StagedClient(ParameterClient, Protocol):
     @property
     def stopping(self) -> bool:
         """The step :meth:`finish` returned is the last one."""
+
+
+def parameters_loaded(bucket: int) -> None:
+    """The ``before_forward`` of a staged gradient whose parameters are all loaded already
+    (:meth:`dba3c.learning.learner.Learner.staged_gradient` then runs a forward pass that
+    calls no Python): there is nothing to wait for."""
 
 
 class Request(Protocol):

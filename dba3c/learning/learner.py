@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from dba3c.config import TrainConfig
+from dba3c.core import parameters_loaded
 from dba3c.cpus import bound_cpus, tensorflow_threads
 from dba3c.learning.models import NetSpec, forward, stage_forward, stage_params
 from dba3c.learning.params import layer_buckets, unflatten
@@ -145,7 +146,8 @@ class Learner:
                         inline: bool = False) -> dict[str, float]:
         """:meth:`gradient` stage by stage (one stage per bucket of :attr:`buckets`), so that
         communication can overlap it: ``before_forward(b)`` runs before stage b's forward pass
-        (it may :meth:`assign_bucket` b), and ``after_backward(b, g_b)`` as soon as bucket b's
+        (it may :meth:`assign_bucket` b; :func:`parameters_loaded`: the forward pass waits
+        for no callback), and ``after_backward(b, g_b)`` as soon as bucket b's
         clipped gradient is made, the last bucket first. Returns the loss terms; the g_b
         together are :meth:`gradient`'s vector at the training variables. ``inline``: the
         callbacks in line with the stages rather than beside them. Their order, and why they
@@ -158,7 +160,7 @@ class Learner:
         if self._clip > 0 and self._clip_mode == "global_norm":
             raise ValueError("a staged gradient clips bucket by bucket: train.grad_clip_mode "
                              "global_norm needs the whole gradient (use gradient())")
-        gradient = copy.inline_gradient if inline else copy.gradient
+        gradient = copy.graph(inline, forward_hooks=before_forward is not parameters_loaded)
         with copy.hooks.calling(before_forward, after_backward):
             loss, parts, g_0 = gradient(obs, a.astype(np.int32), R.astype(np.float32))
         after_backward(0, g_0.numpy())
@@ -220,10 +222,9 @@ def loss_stats(loss: tf.Tensor, parts: dict[str, tf.Tensor]) -> dict[str, float]
 class TrainingCopy:
     """What only a ``staged=True`` Learner has: its training variables, one flat variable
     per bucket (:attr:`buckets`, holding the stage's tensors of :attr:`shapes` in layout
-    order), the staged gradient over them as two ``tf.function``s of (obs, a, R) (see
-    :meth:`Learner.staged_gradient`: :attr:`gradient` runs the callbacks beside the compute
-    where there is more than one inter-op thread, :attr:`inline_gradient` in line) and the
-    callbacks of the call in progress (:attr:`hooks`). ``loss_fn(logits, v, a, R)``,
+    order), the staged gradient over them as ``tf.function``s of (obs, a, R) (:meth:`graph`;
+    see :meth:`Learner.staged_gradient`) and the callbacks of the call in progress
+    (:attr:`hooks`). ``loss_fn(logits, v, a, R)``,
     ``clip(grads)``; ``precision`` is what the network computes in."""
 
     def __init__(self, spec: NetSpec, train_variables: list[tf.Variable],
@@ -233,20 +234,26 @@ class TrainingCopy:
         self.shapes = stage_params(spec, spec.layout().shapes)
         self.hooks = StageHooks()
         self._spec, self._loss_fn, self._clip, self._precision = spec, loss_fn, clip, precision
-        self.gradient = tf.function(self._beside_the_compute, input_signature=batch_sig)
-        self.inline_gradient = tf.function(self._in_line, input_signature=batch_sig)
+        self._batch_sig = batch_sig
+        self._graphs: dict[tuple[bool, bool], Callable[..., tuple]] = {}
 
-    def _beside_the_compute(self, obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor) -> tuple:
-        # one inter-op thread cannot run a callback beside the compute: in line
-        return self._graph(obs, a, R, inline=inter_op_threads() == 1)
+    def graph(self, inline: bool, forward_hooks: bool = True) -> Callable[..., tuple]:
+        """The staged gradient's ``tf.function`` (traced at its first call): the callbacks in
+        line with the compute (``inline``, or one inter-op thread, which cannot run a callback
+        beside it) or beside it; without ``forward_hooks`` no ``before_forward`` (the
+        parameters are loaded: the forward pass waits for no Python, which needs the GIL)."""
+        key = (inline or inter_op_threads() == 1, forward_hooks)
+        if key not in self._graphs:
+            self._graphs[key] = tf.function(
+                functools.partial(self._graph, inline=key[0], forward_hooks=forward_hooks),
+                input_signature=self._batch_sig)
+        return self._graphs[key]
 
-    def _in_line(self, obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor) -> tuple:
-        return self._graph(obs, a, R, inline=True)
-
-    def _graph(self, obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor, inline: bool) -> tuple:
+    def _graph(self, obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor, inline: bool,
+               forward_hooks: bool) -> tuple:
         return staged_graph(self._spec, list(zip(self.buckets, self.shapes)), self.hooks,
                             obs, a, R, self._loss_fn, self._clip, inline=inline,
-                            precision=self._precision)
+                            forward_hooks=forward_hooks, precision=self._precision)
 
 
 def inter_op_threads() -> int:
@@ -304,22 +311,25 @@ class StageHooks:
 def staged_graph(spec: NetSpec, stages: list[tuple[tf.Variable, list[tuple[int, ...]]]],
                  hooks: StageHooks, obs: tf.Tensor, a: tf.Tensor, R: tf.Tensor,
                  loss_fn: Callable[..., tuple], clip: Callable[[list], list], *,
-                 inline: bool = False, precision: str = "float32") -> tuple:
+                 inline: bool = False, forward_hooks: bool = True,
+                 precision: str = "float32") -> tuple:
     """The staged gradient inside one ``tf.function``: (L, loss terms, g_0). ``stages``:
     each stage's flat variable and the shapes of the tensors it holds. Forward, each
     stage reads its variable after its ``before_forward`` hook op and takes its input
     through ``tf.stop_gradient``; backward, stage by stage on one tape, each bucket's
     flat clipped g_b goes to its ``after_backward`` hook op (b > 0). ``inline``: a hook
-    also waits for the compute before it, and the compute after it for the hook. The
-    derivation: docs/architecture.md, "The staged gradient"."""
+    also waits for the compute before it, and the compute after it for the hook; without
+    ``forward_hooks`` the forward pass has none. The derivation: docs/architecture.md, "The
+    staged gradient"."""
     x, sources, inputs, outputs = obs, [], [], []
     hook = None  # the last hook op: the next one runs after it
     with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
         for b, (bucket, shapes) in enumerate(stages):
-            after = ([] if hook is None else [hook]) + ([x] if inline else [])
-            with tf.control_dependencies(after):
-                hook = hooks.op(b)
-            with tf.control_dependencies([hook]):
+            if forward_hooks:
+                after = ([] if hook is None else [hook]) + ([x] if inline else [])
+                with tf.control_dependencies(after):
+                    hook = hooks.op(b)
+            with tf.control_dependencies([] if hook is None else [hook]):
                 inputs.append(tf.stop_gradient(x))  # the tape ends each stage here
                 values = [tf.reshape(t, shape) for t, shape in zip(
                     tf.split(bucket.read_value(), [math.prod(s) for s in shapes]), shapes)]
@@ -335,12 +345,12 @@ def staged_graph(spec: NetSpec, stages: list[tuple[tf.Variable, list[tuple[int, 
         g_b = flat_concat(clip(grads[:len(stages[b][1])]))
         if b == 0:
             break
-        with tf.control_dependencies([hook]):
+        with tf.control_dependencies([] if hook is None else [hook]):
             hook = hooks.op(b, g_b)
         upstream, target = grads[-1], outputs[b - 1]  # dL/d(input of stage b), on to b - 1
         if inline:
             with tf.control_dependencies([hook]):
                 upstream = tf.identity(upstream)
-    with tf.control_dependencies([hook]):
+    with tf.control_dependencies([] if hook is None else [hook]):
         loss = tf.identity(loss)
     return loss, parts, g_b

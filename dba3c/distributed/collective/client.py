@@ -42,7 +42,7 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -97,6 +97,10 @@ class Arriving:
         self.client.wait(*self.requests)
         return Params(self.version, self.client.theta.copy(), self.nonfinite_streak)
 
+    def arrived(self) -> bool:
+        """Whether every bucket has arrived (tested once, not waited for)."""
+        return self.client.completed(self.requests)
+
 
 class CollectiveClient:
     """A training rank's :class:`~dba3c.core.StagedClient` in collective aggregation.
@@ -144,13 +148,15 @@ class CollectiveClient:
         self._next_bucket = self.num_buckets - 1
         self.stopping = train.reached_max_steps(shard.version)
 
+    def completed(self, requests: Sequence[Request]) -> bool:
+        """Whether every one of ``requests`` has completed (each tested once)."""
+        with self._lock:
+            return all([r.test() for r in requests])
+
     def wait(self, *requests: Request) -> None:
         """Poll until ``requests`` completed (sleeping, doing the idle work)."""
-        def done() -> bool:
-            with self._lock:
-                return all([r.test() for r in requests])
-
-        wait_until(done, self.idle, **collective_wait(self.max_sleep_s))
+        wait_until(lambda: self.completed(requests), self.idle,
+                   **collective_wait(self.max_sleep_s))
 
     def progress(self) -> None:
         """Test the requests in flight (MPI advances a nonblocking collective only inside a

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dba3c.core import Incoming, Params, StagedClient
+from dba3c.core import Incoming, Params, StagedClient, parameters_loaded
 from dba3c.distributed.transport.poller import Poller
 from dba3c.training.faults import non_finite_due
 from dba3c.training.report import WorkerReport
@@ -98,13 +98,14 @@ class StagedTraining:
             self.worker.t_wait_params += time.perf_counter() - t0
             self.worker.learner.assign_bucket(bucket, theta_bucket)
 
-    def land(self, report: WorkerReport) -> Params:
-        """The arriving version, wholly arrived, into the prediction variables; its step's
-        ``after_step``. Nothing is arriving after it."""
+    def land(self, report: WorkerReport, bucketed: bool = True) -> Params:
+        """The arriving version, wholly arrived, into the prediction variables (and the
+        training variables, unless ``bucketed``: :meth:`before_forward` loaded them); its
+        step's ``after_step``. Nothing is arriving after it."""
         assert self.arriving is not None, "a version is on its way"
         params = self.arriving.params()
         self.arriving = None
-        self.worker.learner.set_params(params.theta, params.version, bucketed=True)
+        self.worker.learner.set_params(params.theta, params.version, bucketed=bucketed)
         self.after_step(params, report)
         return params
 
@@ -180,10 +181,16 @@ class StagedTraining:
             while True:
                 batch = worker.next_batch(params.version)
                 lap("wait data")
+                if self.arriving is not None and self.arriving.arrived():
+                    params = self.land(report, bucketed=False)  # nothing left to wait for
+                    lap("after step (report, metrics, checkpoints)")
                 version = params.version if self.arriving is None else self.arriving.version
                 after_backward = offering(client, version,
                                           non_finite_due(worker.cfg.debug, version))
-                losses = worker.staged_gradient(batch, self.before_forward, after_backward,
+                # a forward pass that waits for parameters calls Python before each stage
+                before_forward = (parameters_loaded if self.arriving is None
+                                  else self.before_forward)
+                losses = worker.staged_gradient(batch, before_forward, after_backward,
                                                 version)
                 lap("gradient (and the parameters of its forward pass)")
                 if self.arriving is not None:  # theta_version has wholly arrived

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from dba3c.config import TrainConfig
-from dba3c.core import Step
+from dba3c.core import Step, parameters_loaded
 from dba3c.games.envs import EnvPool
 from dba3c.learning.learner import Learner
 from dba3c.learning.models import NetSpec
@@ -257,6 +257,22 @@ def test_a_bfloat16_staged_gradient_is_its_one_call_gradient(name):
     assert not np.allclose(whole, float32, rtol=1e-4, atol=0)  # computed in bfloat16
 
 
+@pytest.mark.parametrize("inline", [False, True])
+def test_with_the_parameters_loaded_the_forward_pass_calls_no_hook(inline):
+    # the overlapped step whose next parameters all arrived before it: no before_forward
+    learner, _, theta2, batch = staged_setup("ba3c")
+    learner.set_params(theta2)
+    got: dict[int, np.ndarray] = {}
+    learner.staged_gradient(*batch, parameters_loaded,
+                            lambda b, g_b: got.__setitem__(b, g_b.copy()), inline=inline)
+    assert list(got) == list(reversed(range(NUM_STAGES["ba3c"])))
+    assert_same_gradient(np.concatenate([got[b] for b in sorted(got)]),
+                         learner.gradient(*batch)[0])
+    ops = learner._copy.graph(inline, forward_hooks=False).get_concrete_function().graph
+    hooks = [op for op in ops.get_operations() if op.type == "PyFunc"]
+    assert len(hooks) == NUM_STAGES["ba3c"] - 1  # after_backward of b > 0 only
+
+
 def test_a_bucket_kept_by_after_backward_keeps_its_values():
     # after_backward gets NumPy's view of the bucket, no copy: the view holds the tensor's
     # buffer, so later steps (other parameters, other gradients) do not write over it
@@ -385,7 +401,7 @@ def test_the_staged_graph_runs_each_layer_once_forward_and_once_backward():
 
     batch_sig = (tf.TensorSpec([None, *learner.spec.obs_shape], tf.uint8),
                  tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.float32))
-    staged = layer_ops(learner._copy.gradient)
+    staged = layer_ops(learner._copy.graph(inline=False))
     params_sig = tuple(tf.TensorSpec(shape, tf.float32) for shape in learner.layout.shapes)
     whole = layer_ops(learner._gradient, params_sig, *batch_sig)
     assert staged == whole

@@ -16,6 +16,7 @@ from dba3c.distributed.collective.client import CollectiveClient
 from dba3c.distributed.roles import make_roles
 from dba3c.distributed.shard import ShardServer
 from dba3c.distributed.single import LocalParameterServer
+from dba3c.distributed.transport.waiting import wait_until
 from dba3c.learning.optim import make_optimizer
 from dba3c.learning.params import ShardPlan
 from dba3c.learning.rules import OptimizerState
@@ -311,7 +312,7 @@ def test_busy_is_set_while_requests_are_in_flight_and_cleared_once_none_is():
         arriving = client.finish()  # the allgathers of the next version, posted
         assert arriving is not None
         seen.append(client.busy.is_set())
-        arriving.params()  # every bucket, waited for
+        wait_until(arriving.arrived)
         client.progress()
         seen.append(client.busy.is_set())
         return seen
