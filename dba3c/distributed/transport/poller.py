@@ -7,22 +7,17 @@ from collections.abc import Callable
 
 
 class Poller:
-    """Calls ``poll`` every ``period_s`` on a daemon thread, inside a ``with`` block, while
-    ``busy`` is set: lets nonblocking communication advance while the calling thread
-    computes (MPI advances a nonblocking collective only inside an MPI call). With nothing
-    in flight the thread sleeps until ``busy`` is set (the poll clears it once nothing is),
-    so it takes neither a core nor the GIL from the threads that compute."""
+    """Calls ``poll`` every ``period_s`` on a daemon thread, inside a ``with`` block: lets
+    nonblocking communication advance while the calling thread computes (MPI advances a
+    nonblocking collective only inside an MPI call)."""
 
-    def __init__(self, poll: Callable[[], None], period_s: float, busy: threading.Event):
-        self.poll, self.period_s, self.busy = poll, period_s, busy
+    def __init__(self, poll: Callable[[], None], period_s: float):
+        self.poll, self.period_s = poll, period_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="poller", daemon=True)
 
     def _run(self) -> None:
-        while True:
-            self.busy.wait()
-            if self._stop.wait(self.period_s):
-                return
+        while not self._stop.wait(self.period_s):
             self.poll()
 
     def __enter__(self) -> Poller:
@@ -31,5 +26,4 @@ class Poller:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self.busy.set()  # a sleeping thread wakes to see it
         self._thread.join()
