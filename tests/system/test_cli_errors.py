@@ -88,7 +88,7 @@ CASES = [
     (["bench", "long", "--seconds", "0"], "--seconds 0 must be a positive"),
     # every bench its own options, and reached by its own name
     (["bench"], "the following arguments are required: {node,precision,profile,long,scale,"
-                "real-ranks,waiting,stages} (see `dba3c bench --help`)"),
+                "real-ranks,overlap-cost,waiting,stages} (see `dba3c bench --help`)"),
     (["bench", "profile", "--seconds", "60"], "unrecognized arguments: --seconds"),
     (["bench", "real-ranks", "--modes", "on"], "--modes on: a list of off, on, auto that has off"),
     (["bench", "waiting", "--strategies", "poll-fast"],
