@@ -1,5 +1,5 @@
 """``dba3c table`` and the seeds of ``dba3c plot`` end to end, through the command line, on
-short real runs: two seeds of the paper's one-node Pong preset (8 s each, evaluations of 2
+short real runs: two seeds of the paper's one-node Pong preset (12 steps each, evaluations of 2
 games of at most 400 frames), in directories whose names say nothing; and each kind of bad
 input as one ``error:`` line, exit code 2."""
 
@@ -17,9 +17,9 @@ from tests.support.jobs import Job
 
 pytestmark = pytest.mark.slow
 
-TINY = ["train.max_seconds=8", "eval.every=5", "eval.episodes=2", "eval.max_frames=400",
-        "eval.num_envs=2", "env.num_envs=4", "env.batch_size=4", "train.batch_size=8",
-        "run.progress=none"]
+TINY = ["train.max_steps=12", "train.max_seconds=0", "eval.every=5", "eval.episodes=2",
+        "eval.max_frames=400", "eval.num_envs=2", "env.num_envs=4", "env.batch_size=4",
+        "train.batch_size=8", "run.progress=none"]
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_two_seeds_make_one_row_beside_the_papers(seeds, tmp_path):
     assert float(row["best_mean"]) == pytest.approx(sum(best) / 2)
     assert (float(row["best_min"]), float(row["best_max"])) == (min(best), max(best))
     assert (row["paper_score"], row["paper_hours"], row["ga3c_score"]) == ("20.0", "4.0", "18.0")
-    # 8 s runs: nothing by the paper's 4 h, and 20 not reached
+    # 12-step runs: nothing by the paper's 4 h, and 20 not reached
     assert (row["at_paper_time_seeds"], row["hours_to_paper_score_seeds"]) == ("0", "0")
     assert float(row["frames_min"]) > 0 and 0 < float(row["hours_max"]) < 0.01
     assert proc.stdout.startswith((out / "table.md").read_text())
