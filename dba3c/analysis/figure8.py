@@ -38,19 +38,22 @@ def run_workers(config: dict) -> int:
                config_value(config, "dist.workers") or 1)
 
 
+def effective_batch(config: dict) -> int:
+    """The data points of one of a run's steps: its workers x its mini-batch."""
+    return run_workers(config) * int(config_value(config, "train.batch_size"))
+
+
 def data_points_to_score(run: Run, score: float) -> int | None:
     """The data points a run had trained on at its first evaluation whose mean is at least
-    ``score``: that evaluation's step x the effective batch (workers x mini-batch); None
-    when no evaluation reached it."""
-    batch = run_workers(run.config) * int(config_value(run.config, "train.batch_size"))
+    ``score``: that evaluation's step x the :func:`effective_batch`; None when no
+    evaluation reached it."""
     steps = [e["step"] for e in run.evals if e["mean"] >= score]
-    return steps[0] * batch if steps else None
+    return steps[0] * effective_batch(run.config) if steps else None
 
 
 def data_points_trained(run: Run) -> int:
     """The data points of a run's last logged step (0 before its first)."""
-    batch = run_workers(run.config) * int(config_value(run.config, "train.batch_size"))
-    return run.metrics[-1]["step"] * batch if run.metrics else 0
+    return run.metrics[-1]["step"] * effective_batch(run.config) if run.metrics else 0
 
 
 def efficiency_by_workers(points: Sequence[Mapping[str, Any]], link_gbit: float,
@@ -84,7 +87,7 @@ def predicted_rows(runs: list[Run], score: float, node_rate: float,
         reached = spread([data_points_to_score(run, score) for run in group])
         row: dict[str, Any] = {
             "series": "predicted", "workers": workers,
-            "effective_batch": workers * int(config_value(group[0].config, "train.batch_size")),
+            "effective_batch": effective_batch(group[0].config),
             "seeds": len(group), "seeds_reached": reached.n if reached else 0,
             "score": score, "node_data_points_per_s": node_rate,
             "efficiency": efficiency.get(workers)}

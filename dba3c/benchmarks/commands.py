@@ -19,6 +19,7 @@ is imported when the bench runs.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -207,28 +208,20 @@ def _recorded_bench(measure: Callable[[argparse.Namespace, Path, Path | None],
     return run
 
 
-@_recorded_bench
-def _node(args: argparse.Namespace, out_json: Path,
-          log_dir: Path | None) -> tuple[str, Path | None]:
-    from dba3c.benchmarks.node import bench_command
+def _quick_bench(module: str, function: str) -> Callable[[argparse.Namespace], int]:
+    """A recorded bench (:func:`_recorded_bench`) whose measurement is ``module.function(
+    config, overrides, quick, out_json, log_dir)``, imported when the bench runs."""
+    def measure(args: argparse.Namespace, out_json: Path,
+                log_dir: Path | None) -> tuple[str, Path | None]:
+        command = getattr(importlib.import_module(module), function)
+        return command(args.config, args.overrides, args.quick, out_json, log_dir)
 
-    return bench_command(args.config, args.overrides, args.quick, out_json, log_dir)
-
-
-@_recorded_bench
-def _precision(args: argparse.Namespace, out_json: Path,
-               log_dir: Path | None) -> tuple[str, Path | None]:
-    from dba3c.benchmarks.precision import precision_command
-
-    return precision_command(args.config, args.overrides, args.quick, out_json, log_dir)
+    return _recorded_bench(measure)
 
 
-@_recorded_bench
-def _profile(args: argparse.Namespace, out_json: Path,
-             log_dir: Path | None) -> tuple[str, Path | None]:
-    from dba3c.benchmarks.node import profile_command
-
-    return profile_command(args.config, args.overrides, args.quick, out_json, log_dir)
+_node = _quick_bench("dba3c.benchmarks.node", "bench_command")
+_precision = _quick_bench("dba3c.benchmarks.precision", "precision_command")
+_profile = _quick_bench("dba3c.benchmarks.node", "profile_command")
 
 
 @_recorded_bench
