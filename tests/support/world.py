@@ -122,10 +122,15 @@ def run_world(cfg, worker_fn, theta0, evaluator_fn=None):
     return chief, received
 
 
-def train_loop(delay_for=None):
+def train_loop(delay_for=None, first_push_after=None):
+    """Each worker pulls, then pushes its gradient of the version it holds until the run ends;
+    ``delay_for[rank]`` seconds of computing per gradient; ``first_push_after`` (a
+    threading.Barrier) holds every first push until all workers have pulled."""
     def loop(rank, client, out):
         params = client.pull()
         out.append(params)
+        if first_push_after is not None:
+            first_push_after.wait()
         while params is not None:
             if delay_for and rank in delay_for:
                 time.sleep(delay_for[rank])

@@ -6,6 +6,8 @@ then the parameter servers, then the workers. Expected parameters are recomputed
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -127,7 +129,11 @@ def test_backup_workers_drop_late_gradients_and_slow_worker_catches_up():
 
 def test_async_parameter_servers_apply_every_gradient_and_record_staleness():
     cfg = make_cfg(workers=3, ps=2, max_steps=9, mode="async")
-    chief, received = run_world(cfg, train_loop(), np.zeros(N, np.float32))
+    # all three first gradients are of version 0: a shard applies them at versions 0, 1, 2
+    all_hold_version_0 = threading.Barrier(3, timeout=60)
+    chief, received = run_world(cfg, train_loop(first_push_after=all_hold_version_0),
+                                np.zeros(N, np.float32))
     assert chief.step == 9  # one version per applied gradient
-    assert "dist/staleness_mean" in chief.extra and chief.extra["dist/staleness_max"] >= 1
+    assert chief.extra["dist/staleness_max"] >= 2
+    assert chief.extra["dist/staleness_mean"] > 0
     assert sum(len(seq) - 1 for seq in received.values()) >= 6  # replies to pushes
