@@ -9,8 +9,9 @@
 # Every run has the same budget in data points (BUDGET, 5 M) and is evaluated every 192,000 data
 # points (30 greedy games, stopped once they cannot average 18), and ends at greedy 18.
 # A run killed (Ctrl-C, SIGTERM) resumes from its last checkpoint when this script runs again;
-# a finished run (its summary.json says max_steps or target) is skipped. About 45 minutes of a
-# quiet 2-core machine per run; `nice` leaves the machine to other work first.
+# a finished run (its summary.json says max_steps or target) is skipped. On a quiet 2-core
+# machine a one-worker run reaches 18 in about 45 minutes; a run at 512 or 2048 that does not
+# reach it trains its whole budget, about 2-3 hours. `nice` leaves the machine to other work first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
@@ -42,16 +43,18 @@ run() {  # run NAME W SEED [KEY=VALUE ...]: W = 0 is the preset's one worker (mi
         eval.stop_at_target=true run.checkpoint_every="$ckpt" run.progress=lines "$@"
 }
 
+# cheapest and most telling first: the one-worker preset ends at greedy 18 (3.3-4.2 M data
+# points on 2026-11-26); at 2048 the single-node rate had not learnt by 5 M, so its larger rates next
 run w64 64 0
 run w16 16 0
 run w1 0 0
 run w1-bf16 0 0 model.precision=bfloat16   # the same in bfloat16: is learning unharmed?
-run w64 64 1
-run w16 16 1
+run w64-lr-sqrt 64 0 train.lr=0.0079        # 1.4e-3 x sqrt(2048 / 64)
+run w64-lr-linear 64 0 train.lr=0.0448      # 1.4e-3 x 2048 / 64
 run w1 0 1
 run w1-bf16 0 1 model.precision=bfloat16
-run w64-lr-linear 64 0 train.lr=0.0448      # 1.4e-3 x 2048 / 64
-run w64-lr-sqrt 64 0 train.lr=0.0079        # 1.4e-3 x sqrt(2048 / 64)
+run w16 16 1
+run w64 64 1
 run w64-eps1e-8 64 0 adam.epsilon=1e-8
 run w1-eps1e-8 0 0 adam.epsilon=1e-8
 dba3c plot "$OUT"/w1/* "$OUT"/w16/* "$OUT"/w64/* \
