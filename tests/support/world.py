@@ -122,18 +122,19 @@ def run_world(cfg, worker_fn, theta0, evaluator_fn=None):
     return chief, received
 
 
-def train_loop(delay_for=None, first_push_after=None):
+def train_loop(first_push_after=None, before_push=None):
     """Each worker pulls, then pushes its gradient of the version it holds until the run ends;
-    ``delay_for[rank]`` seconds of computing per gradient; ``first_push_after`` (a
-    threading.Barrier) holds every first push until all workers have pulled."""
+    ``first_push_after`` (a threading.Barrier) holds every first push until all workers have
+    pulled; ``before_push(rank, version)`` runs before each push (a test holds workers
+    there to order the pushes)."""
     def loop(rank, client, out):
         params = client.pull()
         out.append(params)
         if first_push_after is not None:
             first_push_after.wait()
         while params is not None:
-            if delay_for and rank in delay_for:
-                time.sleep(delay_for[rank])
+            if before_push is not None:
+                before_push(rank, params.version)
             params = client.push(params.version, grad_of(rank, params.version))
             if params is not None:
                 out.append(params)
