@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from types import SimpleNamespace
 from typing import cast
 
 import numpy as np
 import pytest
 
+from dba3c.distributed import chief_inbox
+from dba3c.distributed.ps import chief_link
 from dba3c.distributed.ps.chief_link import ChiefLink
 from dba3c.distributed.ps.client import RemoteParameterClient
 from dba3c.distributed.ps.server import run_ps
@@ -57,14 +61,26 @@ def polled(link: ChiefLink) -> bool:
     return False
 
 
-def stall_in_process(worker_fn, max_steps: int) -> tuple[str, float]:
+def poll_until(link: ChiefLink, condition: Callable[[], bool], what: str) -> None:
+    """Poll the chief's link until ``condition`` holds; fail after 60 s (a hang)."""
+    deadline = time.monotonic() + 60
+    wait_until(lambda: polled(link) or condition() or time.monotonic() > deadline)
+    assert condition(), f"{what} did not happen in 60 s"
+
+
+def stall_in_process(monkeypatch, worker_fn, max_steps: int,
+                     stalled: Callable[[ChiefLink], bool]) -> str:
     """Chief 0 (not training), ps 1-2, workers 3-4 as threads, dist.stall_timeout 1 s;
-    ``worker_fn(rank, client, transport)`` plays each worker. The chief's error message and
-    the seconds it took to come."""
+    ``worker_fn(rank, client, transport)`` plays each worker. The chief's watchdog runs on a
+    clock of its own that stands still until ``stalled(link)``: then it reaches the query
+    (the answers awaited), just short of the timeout (no error yet) and the timeout. The
+    chief's error message."""
+    clock = [0.0]
+    for module in (chief_link, chief_inbox):
+        monkeypatch.setattr(module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     cfg = make_cfg(workers=2, ps=2, max_steps=max_steps, stall_timeout=1.0)
     roles = make_roles(5, cfg)
     transports = InProcessTransport.create_world(5)
-    t0 = time.monotonic()  # the watchdog's clock starts with the link
     link = ChiefLink(transports[0], roles, cfg, cast(Chief, FakeChief()), N)
     link.send_init(0, np.zeros(N, np.float32), OptimizerState.zeros(N))
 
@@ -83,29 +99,39 @@ def stall_in_process(worker_fn, max_steps: int) -> tuple[str, float]:
     for thread in threads:
         thread.daemon = True
         thread.start()
-    with pytest.raises(TrainingError) as stalled:
-        wait_until(lambda: polled(link) or time.monotonic() - t0 > 30)
-    took = time.monotonic() - t0
+    poll_until(link, lambda: stalled(link), "the stall")
+    since = link.clock.since  # the last progress
+    running = [p for p in roles.ps if p not in link.final_states]
+    clock[0] = since + 1.0 - query_lead(1.0)
+    poll_until(link, lambda: sorted(link.answers) == running, "the servers' answers")
+    clock[0] = since + 0.999
+    link.poll()  # not yet
+    clock[0] = since + 1.0
+    with pytest.raises(TrainingError) as stalled_error:
+        link.poll()
     with pytest.raises(RuntimeError, match="aborted"):  # ends the other threads
         transports[0].abort(1)
     for thread in threads:
         thread.join(timeout=10)
-    return str(stalled.value), took
+    return str(stalled_error.value)
 
 
-def test_the_chief_names_a_worker_whose_gradient_never_comes_in_process():
+def test_the_chief_names_a_worker_whose_gradient_never_comes_in_process(monkeypatch):
+    gradient_sent = threading.Event()
+
     def worker(rank, client, _transport):  # worker 4 pulls, then hangs
         params = client.pull()
-        while rank == 3 and params is not None:
-            params = client.push(params.version, grad_of(rank, params.version))
+        if rank == 3:  # its push waits (calling idle) for a step that never comes
+            client.idle = gradient_sent.set
+            client.push(params.version, grad_of(rank, params.version))
 
-    error, took = stall_in_process(worker, max_steps=1000)
+    error = stall_in_process(monkeypatch, worker, max_steps=1000,
+                             stalled=lambda _link: gradient_sent.is_set())
     assert error == ("no step for 1 s, waiting on ranks [4] (workers [4]: no gradient for "
                      "step 0; dist.stall_timeout=1)")
-    assert 1.0 <= took < 5.0
 
 
-def test_the_chief_names_a_worker_that_never_says_goodbye_in_process():
+def test_the_chief_names_a_worker_that_never_says_goodbye_in_process(monkeypatch):
     def worker(rank, client, transport):  # both train to the end; only worker 3 reports
         params = client.pull()
         while params is not None:
@@ -114,7 +140,9 @@ def test_the_chief_names_a_worker_that_never_says_goodbye_in_process():
             send_final_report(transport, rank)
             client.close()
 
-    error, took = stall_in_process(worker, max_steps=3)
+    def stalled(link: ChiefLink) -> bool:  # every shard final, worker 3's report in
+        return len(link.final_states) == 2 and link.final_reports == {3}
+
+    error = stall_in_process(monkeypatch, worker, max_steps=3, stalled=stalled)
     assert error == ("no step for 1 s, waiting on ranks [4] (no final report from [4]; "
                      "dist.stall_timeout=1)")
-    assert 1.0 <= took < 5.0
