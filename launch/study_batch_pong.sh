@@ -43,14 +43,15 @@ run() {  # run NAME W SEED [KEY=VALUE ...]: W = 0 is the preset's one worker (mi
         eval.stop_at_target=true run.checkpoint_every="$ckpt" run.progress=lines "$@"
 }
 
-# cheapest and most telling first: the one-worker preset ends at greedy 18 (3.3-4.2 M data
-# points on 2026-11-26); at 2048 the single-node rate had not learnt by 5 M, so its larger rates next
+# the most telling first: at 2048 with the single-node rate seed 0 had not learnt by 5 M (its
+# policy still uniform after 2,442 Adam steps), so the larger rates there come next; the
+# one-worker preset ends at greedy 18 (3.3-4.2 M data points on 2026-11-26), about 45 minutes
 run w64 64 0
+run w64-lr-sqrt 64 0 train.lr=0.0079        # 1.4e-3 x sqrt(2048 / 64)
 run w16 16 0
+run w64-lr-linear 64 0 train.lr=0.0448      # 1.4e-3 x 2048 / 64
 run w1 0 0
 run w1-bf16 0 0 model.precision=bfloat16   # the same in bfloat16: is learning unharmed?
-run w64-lr-sqrt 64 0 train.lr=0.0079        # 1.4e-3 x sqrt(2048 / 64)
-run w64-lr-linear 64 0 train.lr=0.0448      # 1.4e-3 x 2048 / 64
 run w1 0 1
 run w1-bf16 0 1 model.precision=bfloat16
 run w16 16 1
