@@ -4,7 +4,7 @@
 # each, and both at twice the time scale (log 2026-11-27 the first layer replicated). Needs
 # root and `ip netns`; about 50 minutes on 2 cores.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 
 extra=("$@")   # passed on to every run
