@@ -63,3 +63,6 @@ run w1-eps1e-8 0 0 adam.epsilon=1e-8
 dba3c plot "$OUT"/w1/* "$OUT"/w16/* "$OUT"/w64/* \
     --out docs/figures/study_batch_pong
 dba3c plot "$OUT"/w1/* "$OUT"/w1-bf16/* --out docs/figures/pong_small_bfloat16
+dba3c plot "$OUT"/w64/* "$OUT"/w64-eps1e-8/* "$OUT"/w64-lr-sqrt/* "$OUT"/w64-lr-linear/* \
+    --out docs/figures/study_batch_pong_2048   # Adam at 2048: epsilon and the learning rate
+dba3c plot "$OUT"/w1/* "$OUT"/w1-eps1e-8/* --out docs/figures/study_batch_pong_eps_w1
