@@ -48,16 +48,17 @@ run() {  # run NAME W SEED [KEY=VALUE ...]: W = 0 is the preset's one worker (mi
 # Adam's epsilon 1e-3, which so scaled their steps down; the paper's large-batch epsilon (1e-8)
 # and larger rates there come next, with epsilon 1e-8 too (at 1e-3 epsilon, not the rate,
 # would size their steps). The one-worker preset ends at greedy 18 (3.3-4.2 M data points on
-# 2026-11-26) in about 45 minutes.
+# 2026-11-26) in about 45 minutes: its seeds in both precisions come next (the reference
+# every batch is compared with, and bfloat16's learning), then the larger rates at 2048.
 run w64 64 0
 run w64-eps1e-8 64 0 adam.epsilon=1e-8
-run w64-eps1e-8-lr-sqrt 64 0 adam.epsilon=1e-8 train.lr=0.0079     # 1.4e-3 x sqrt(2048 / 64)
-run w16 16 0
-run w64-eps1e-8-lr-linear 64 0 adam.epsilon=1e-8 train.lr=0.0448  # 1.4e-3 x 2048 / 64
 run w1 0 0
 run w1-bf16 0 0 model.precision=bfloat16   # the same in bfloat16: is learning unharmed?
 run w1 0 1
 run w1-bf16 0 1 model.precision=bfloat16
+run w64-eps1e-8-lr-sqrt 64 0 adam.epsilon=1e-8 train.lr=0.0079     # 1.4e-3 x sqrt(2048 / 64)
+run w16 16 0
+run w64-eps1e-8-lr-linear 64 0 adam.epsilon=1e-8 train.lr=0.0448  # 1.4e-3 x 2048 / 64
 run w16 16 1
 run w64 64 1
 run w1-eps1e-8 0 0 adam.epsilon=1e-8
