@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -101,13 +102,16 @@ class StagedClient(ParameterClient, Protocol):
     backward pass and the next forward pass (``dist.aggregation: collective``)."""
 
     num_buckets: int
+    busy: threading.Event
+    """Set while communication is in flight (what :meth:`progress` advances)."""
 
     def offer(self, version: int, bucket: int, grad_bucket: np.ndarray) -> None:
         """Bucket ``bucket`` of the gradient computed at ``version``; keep ``grad_bucket``
         unchanged until :meth:`finish` returned."""
 
     def progress(self) -> None:
-        """Let communication in flight advance (called often, from a helper thread)."""
+        """Let communication in flight advance (called often, from a helper thread, while
+        :attr:`busy`); clears :attr:`busy` once nothing is in flight."""
 
     def finish(self) -> Incoming | None:
         """Once every bucket was offered: the step applied, the next parameters on their

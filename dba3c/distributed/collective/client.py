@@ -122,7 +122,8 @@ class CollectiveClient:
 
     Buckets are offered last first (the order the backward pass makes them) and gathered
     first first; every rank starts the same collectives in the same order. MPI requests are
-    tested under a lock: :meth:`progress` runs on a helper thread while the trainer computes.
+    tested under a lock: :meth:`progress` runs on a helper thread while the trainer computes,
+    woken by :attr:`busy` while any is in flight.
     """
 
     def __init__(self, group: Collectives, shard: ShardServer, plan: ShardPlan,
@@ -143,6 +144,7 @@ class CollectiveClient:
         self._sent = np.zeros(3, np.int64)
         self._lock = threading.Lock()
         self._in_flight: list[Request] = []  # this step's reduce-scatters, the allgathers
+        self.busy = threading.Event()  # set while _in_flight holds any (the Poller's cue)
         self._next_bucket = self.num_buckets - 1
         self.stopping = train.reached_max_steps(shard.version)
 
@@ -162,8 +164,15 @@ class CollectiveClient:
         if self._lock.acquire(blocking=False):
             try:
                 self._in_flight = [r for r in self._in_flight if not r.test()]
+                if not self._in_flight:
+                    self.busy.clear()
             finally:
                 self._lock.release()
+
+    def _post(self, requests: list[Request]) -> None:
+        """Keep ``requests`` for :meth:`progress` to advance (under the lock)."""
+        self._in_flight += requests
+        self.busy.set()
 
     def _allgathers(self) -> Arriving:
         requests: list[Request] = []
@@ -176,7 +185,7 @@ class CollectiveClient:
                     continue
                 requests.append(self.group.iallgather(self.shard.theta_shard[piece],
                                                       self.theta[lo:hi], self.plan.counts(b)))
-            self._in_flight += requests
+            self._post(requests)
         return Arriving(self, requests)
 
     def _checksum(self) -> int:
@@ -216,12 +225,12 @@ class CollectiveClient:
         part, grad_bucket = self._part[self._in_shard[bucket]], to_wire(grad_bucket, self.wire)
         with self._lock:
             if self.plan.replicated(bucket):
-                self._in_flight.append(self.group.iallreduce(grad_bucket, part))
+                self._post([self.group.iallreduce(grad_bucket, part)])
             else:
-                self._in_flight.append(self.group.ireduce_scatter(
-                    grad_bucket, part, self.plan.counts(bucket)))
+                self._post([self.group.ireduce_scatter(grad_bucket, part,
+                                                       self.plan.counts(bucket))])
             if bucket == 0:
-                self._in_flight.append(self.group.iallreduce(self._sent, self._control))
+                self._post([self.group.iallreduce(self._sent, self._control)])
         self._next_bucket = bucket - 1
 
     def finish(self) -> Arriving | None:
@@ -235,6 +244,7 @@ class CollectiveClient:
         self.wait(*self._in_flight)
         with self._lock:
             self._in_flight = []
+            self.busy.clear()
         if self._control[CHECKSUM] != self.group.size * self._sent[CHECKSUM]:
             if not self.chief:  # the chief's error ends the job: one line, not W
                 return None

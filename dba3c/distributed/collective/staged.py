@@ -176,7 +176,8 @@ class StagedTraining:
         lap = worker.laps.trainer.lap
         report = worker.report({}, 0.0)
         steps = 0
-        with Poller(client.progress, PROGRESS_CAPS * worker.cfg.dist.collective_poll_s):
+        with Poller(client.progress, PROGRESS_CAPS * worker.cfg.dist.collective_poll_s,
+                    client.busy):
             while True:
                 batch = worker.next_batch(params.version)
                 lap("wait data")

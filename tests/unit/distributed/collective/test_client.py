@@ -16,6 +16,7 @@ from dba3c.distributed.collective.client import CollectiveClient
 from dba3c.distributed.roles import make_roles
 from dba3c.distributed.shard import ShardServer
 from dba3c.distributed.single import LocalParameterServer
+from dba3c.distributed.transport.waiting import wait_until
 from dba3c.learning.optim import make_optimizer
 from dba3c.learning.params import ShardPlan
 from dba3c.learning.rules import OptimizerState
@@ -290,3 +291,31 @@ def test_gather_gives_every_rank_every_ranks_values_in_rank_order():
 
     for got in run_threads(rank_loop, 3):
         np.testing.assert_array_equal(got, [[0.5, 0.0], [1.5, -1.0], [2.5, -2.0]])
+
+
+def test_busy_is_set_while_requests_are_in_flight_and_cleared_once_none_is():
+    # what wakes the overlapped step's progress thread: it sleeps when nothing is in flight
+    cfg = make_cfg(workers=2, ps=1, max_steps=STEPS)
+    plan = ShardPlan(N, 2, (0, N // 2))
+
+    def rank_loop(transport) -> list[bool]:
+        client = rank_client(transport, plan, cfg)
+        seen = [client.busy.is_set()]  # nothing posted yet
+        params = client.pull()  # its allgathers, waited for
+        seen.append(client.busy.is_set())  # until a progress call finds them done
+        client.progress()
+        seen.append(client.busy.is_set())
+        grad = grad_of(client.group.rank, params.version)
+        client.offer(params.version, 1, grad[N // 2:])
+        seen.append(client.busy.is_set())
+        client.offer(params.version, 0, grad[:N // 2])
+        arriving = client.finish()  # the allgathers of the next version, posted
+        assert arriving is not None
+        seen.append(client.busy.is_set())
+        wait_until(arriving.arrived)
+        client.progress()
+        seen.append(client.busy.is_set())
+        return seen
+
+    for seen in run_threads(rank_loop, 2):
+        assert seen == [False, True, False, True, True, False]
