@@ -7,7 +7,8 @@ rendered with Agg, never shown); :func:`write_outputs` and :func:`plot_command` 
 
 Figures, by file stem:
 
-* from runs: ``eval_vs_time``, ``eval_vs_step``, ``eval_vs_frames``, ``hns_vs_time``,
+* from runs: ``eval_vs_time``, ``eval_vs_step``, ``eval_vs_frames``,
+  ``eval_vs_data_points``, ``hns_vs_time``,
   ``online_score``, ``online_vs_step``, ``throughput``, and ``sync_vs_async`` (paper fig. 3)
   when runs of both ``dist.mode`` values are present. Runs that differ only by seed
   (:func:`dba3c.analysis.runs.seed_groups`) are one curve: their mean with a min-max band,
@@ -34,7 +35,12 @@ from typing import Any, NamedTuple
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter, NullLocator
 
-from dba3c.analysis.figure8 import draw_figure8, efficiency_by_workers, figure8_table
+from dba3c.analysis.figure8 import (
+    draw_figure8,
+    effective_batch,
+    efficiency_by_workers,
+    figure8_table,
+)
 from dba3c.analysis.runs import (
     Run,
     config_value,
@@ -99,6 +105,11 @@ _CURVES = {
     "eval_vs_frames": _Curve("frames", ("eval_mean", "eval_max"),
                              "training frames [emulator frames, all workers]", _EVAL_SCORE,
                              "Evaluation score vs training frames"),
+    # the x of the data points a setting needs to reach a score (figure8): batches of W
+    # workers x b data points compared per data point
+    "eval_vs_data_points": _Curve("data_points", ("eval_mean", "eval_max"),
+                                  "data points trained on [updates x workers x mini-batch]",
+                                  _EVAL_SCORE, "Evaluation score vs data points"),
     "hns_vs_time": _Curve("minutes", ("hns",), _MINUTES,
                           "human-normalized score (0: random, 1: human)",
                           "Human-normalized evaluation score vs wall time"),
@@ -144,9 +155,12 @@ _SCALE = {
 
 
 def _run_rows(run: Run, spec: _Curve) -> Table:
-    """One row (step, minutes, frames when the x is frames, then the y columns) per record
-    of the run that has a step, a time and every y column. ``frames`` are the training
-    frames at the record's step (:func:`dba3c.analysis.runs.totals_at`)."""
+    """One row (step, minutes, frames or data points when they are the x, then the y
+    columns) per record of the run that has a step, a time and every y column. ``frames``
+    are the training frames at the record's step (:func:`dba3c.analysis.runs.totals_at`),
+    ``data_points`` the step x its effective batch
+    (:func:`dba3c.analysis.figure8.effective_batch`; no rows where the config does not say
+    ``train.batch_size``)."""
     source = _COLUMNS[spec.ys[0]][0]
     rows = []
     for record in getattr(run, source):
@@ -159,6 +173,12 @@ def _run_rows(run: Run, spec: _Curve) -> Table:
         frames = totals_at(run.metrics, _FRAMES_RATE, [row["step"] for row in rows])
         rows = [{"step": row.pop("step"), "minutes": row.pop("minutes"), "frames": f, **row}
                 for row, f in zip(rows, frames)]
+    elif spec.x == "data_points":
+        if config_value(run.config, "train.batch_size") is None:
+            return []
+        batch = effective_batch(run.config)
+        rows = [{"step": row["step"], "data_points": row["step"] * batch, **row}
+                for row in rows]
     return rows
 
 
@@ -440,11 +460,12 @@ def draw_figure(name: str, table: Table) -> Figure:
 
 
 def learning_curves(runs: list[Run]) -> dict[str, Figure]:
-    """Figures ``eval_vs_time``, ``eval_vs_step`` and ``eval_vs_frames`` (eval mean solid,
-    max dashed), ``hns_vs_time`` (the human-normalized eval mean, for Atari-57 games),
-    ``online_score`` and ``throughput`` (vs wall minutes), ``online_vs_step`` (the online
-    score vs updates), one colour per run; runs that differ only by seed as their mean with
-    a min-max band, the seed count in the legend."""
+    """Figures ``eval_vs_time``, ``eval_vs_step``, ``eval_vs_frames`` and
+    ``eval_vs_data_points`` (eval mean solid, max dashed), ``hns_vs_time`` (the
+    human-normalized eval mean, for Atari-57 games), ``online_score`` and ``throughput`` (vs
+    wall minutes), ``online_vs_step`` (the online score vs updates), one colour per run; runs
+    that differ only by seed as their mean with a min-max band, the seed count in the
+    legend."""
     return {name: draw_figure(name, table)
             for name, table in learning_curve_tables(runs).items()}
 

@@ -17,7 +17,8 @@ def make_run(root, name, *, mode="sync", workers=1, scores=(1.0, 2.0, 3.0), eval
     run_dir = root / name
     run_dir.mkdir(parents=True)
     config = {"env": {"id": "breakout"}, "model": {"kind": "ba3c", "hidden": 128},
-              "dist": {"mode": mode, "ps": 1, "workers": workers}, "run": {"seed": 0}}
+              "dist": {"mode": mode, "ps": 1, "workers": workers}, "run": {"seed": 0},
+              "train": {"batch_size": 32}}
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
     lines = [json.dumps({"step": 10 * i, "time_s": 60.0 * i,
                          "perf/data_points_per_s": 100.0 * workers,
@@ -112,8 +113,9 @@ def test_learning_curves(tmp_path):
     runs = [load_run(make_run(tmp_path, "a")),
             load_run(make_run(tmp_path, "b", workers=2, scores=(None, 4.0, 6.0)))]
     figures = plots.learning_curves(runs)
-    assert set(figures) == {"eval_vs_time", "eval_vs_step", "eval_vs_frames", "online_score",
-                            "online_vs_step", "throughput"}
+    assert set(figures) == {"eval_vs_time", "eval_vs_step", "eval_vs_frames",
+                            "eval_vs_data_points", "online_score", "online_vs_step",
+                            "throughput"}
 
     evals = figures["eval_vs_time"]
     assert len(evals.axes[0].get_lines()) == 4  # mean and max per run
@@ -124,6 +126,12 @@ def test_learning_curves(tmp_path):
     assert styles == ["-", "--", "-", "--"]
     assert np.asarray(evals.axes[0].get_lines()[1].get_ydata()).tolist() == [10.0, 20.0]  # max
     assert np.asarray(evals.axes[0].get_lines()[0].get_xdata()).tolist() == [1.0, 3.0]  # min
+
+    # data points: the evaluations' steps (10, 30) x workers x mini-batch 32
+    by_data = lines_by_label(figures["eval_vs_data_points"])
+    assert list(by_data["a"].get_xdata()) == [320, 960]
+    assert list(by_data["b"].get_xdata()) == [640, 1920]
+    assert list(by_data["b"].get_ydata()) == [5.0, 15.0]
 
     assert "[updates]" in figures["eval_vs_step"].axes[0].get_xlabel()
     assert np.asarray(figures["eval_vs_step"].axes[0].get_lines()[0].get_xdata()).tolist() == [
@@ -287,7 +295,8 @@ def test_plot_command_on_sweep_and_run(tmp_path):
     out = tmp_path / "figures"
     written = plots.plot_command([str(sweep), single, sweep / "run-0"], out)
     names = {path.name for path in written}
-    stems = ["eval_vs_time", "eval_vs_step", "eval_vs_frames", "online_score",
+    stems = ["eval_vs_time", "eval_vs_step", "eval_vs_frames", "eval_vs_data_points",
+             "online_score",
              "online_vs_step", "throughput", "sync_vs_async",
              "time_to_target_vs_workers", "throughput_vs_workers"]
     assert names == {f"{stem}.{ext}" for stem in stems for ext in ("png", "csv")}
@@ -432,3 +441,16 @@ def test_a_json_file_that_is_not_scale_results_is_refused(tmp_path):
         path.write_text(text)
         with pytest.raises(ValueError, match=f"^{path}: .*{why}"):
             plots.plot_command([path], tmp_path / "out")
+
+
+def test_eval_against_data_points_of_emulated_workers(tmp_path):
+    """Each step of a run emulating 4 workers of mini-batch 32 trains on 4 x 32 data points;
+    a run whose config does not give its mini-batch has no such curve."""
+    run = write_run(tmp_path / "w4", train={"batch_size": 32}, dist={"emulate_workers": 4},
+                    metrics_times=[60, 120], evals=[(60, -20.0), (120, -18.0)])
+    table = plots.learning_curve_tables(load_runs([run]))["eval_vs_data_points"]
+    assert [(r["step"], r["data_points"], r["eval_mean"]) for r in table] == [
+        (10, 1280, -20.0), (20, 2560, -18.0)]
+    bare = make_run(tmp_path, "bare")
+    (bare / "config.yaml").write_text(yaml.safe_dump({"env": {"id": "breakout"}}))
+    assert "eval_vs_data_points" not in plots.learning_curve_tables([load_run(bare)])
