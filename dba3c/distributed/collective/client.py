@@ -163,16 +163,22 @@ class CollectiveClient:
         call); skipped while another thread is testing."""
         if self._lock.acquire(blocking=False):
             try:
-                self._in_flight = [r for r in self._in_flight if not r.test()]
-                if not self._in_flight:
-                    self.busy.clear()
+                self._keep([r for r in self._in_flight if not r.test()])
             finally:
                 self._lock.release()
 
+    def _keep(self, requests: list[Request]) -> None:
+        """The requests in flight are ``requests`` (under the lock); :attr:`busy` says
+        whether there are any."""
+        self._in_flight = requests
+        if requests:
+            self.busy.set()
+        else:
+            self.busy.clear()
+
     def _post(self, requests: list[Request]) -> None:
         """Keep ``requests`` for :meth:`progress` to advance (under the lock)."""
-        self._in_flight += requests
-        self.busy.set()
+        self._keep(self._in_flight + requests)
 
     def _allgathers(self) -> Arriving:
         requests: list[Request] = []
@@ -243,8 +249,7 @@ class CollectiveClient:
         self._next_bucket = self.num_buckets - 1
         self.wait(*self._in_flight)
         with self._lock:
-            self._in_flight = []
-            self.busy.clear()
+            self._keep([])
         if self._control[CHECKSUM] != self.group.size * self._sent[CHECKSUM]:
             if not self.chief:  # the chief's error ends the job: one line, not W
                 return None
