@@ -46,21 +46,21 @@ run() {  # run NAME W SEED [KEY=VALUE ...]: W = 0 is the preset's one worker (mi
 # the most telling first. At 2048 with the single-node settings seed 0 had not learnt by 5 M:
 # its policy still uniform after 2,442 Adam steps, and 96% of its parameters' sqrt(v) under
 # Adam's epsilon 1e-3, which so scaled their steps down; the paper's large-batch epsilon (1e-8)
-# and larger rates there come next, with epsilon 1e-8 too (at 1e-3 epsilon, not the rate,
-# would size their steps). The one-worker preset ends at greedy 18 (3.3-4.2 M data points on
-# 2026-11-26) in about 45 minutes: its seeds in both precisions come next (the reference
-# every batch is compared with, and bfloat16's learning), then the larger rates at 2048.
+# did not make it learn either: 2,442 steps of about the learning rate are too few. The larger
+# rates at 2048 come next, with epsilon 1e-8 (at 1e-3 epsilon, not the rate, would size their
+# steps), and 512, the batch between; then the one-worker preset's second seed and its seeds in
+# bfloat16 (is learning unharmed?), then the second seeds of 512 and 2048.
 run w64 64 0
 run w64-eps1e-8 64 0 adam.epsilon=1e-8
 run w1 0 0
-run w1-bf16 0 0 model.precision=bfloat16   # the same in bfloat16: is learning unharmed?
-run w1 0 1
-run w1-bf16 0 1 model.precision=bfloat16
 run w64-eps1e-8-lr-sqrt 64 0 adam.epsilon=1e-8 train.lr=0.0079     # 1.4e-3 x sqrt(2048 / 64)
 run w16 16 0
+run w1-bf16 0 0 model.precision=bfloat16
+run w1 0 1
 run w64-eps1e-8-lr-linear 64 0 adam.epsilon=1e-8 train.lr=0.0448  # 1.4e-3 x 2048 / 64
 run w16 16 1
 run w64 64 1
+run w1-bf16 0 1 model.precision=bfloat16
 run w1-eps1e-8 0 0 adam.epsilon=1e-8
 dba3c plot "$OUT"/w1/* "$OUT"/w16/* "$OUT"/w64/* \
     --out docs/figures/study_batch_pong
