@@ -3,8 +3,9 @@
 # configs/pong_small.yaml's network on one machine: one worker (the preset, mini-batch 64),
 # 16 x 32 = 512 and 64 x 32 = 2048 data points a step (dist.emulate_workers), two seeds each;
 # then, seed 0, Adam's epsilon 1e-8 (the paper's large-batch choice) at 64 and 2048, and with
-# it the learning rate at 2048 scaled linearly (x32) and by the square root (x sqrt(32)). The
-# one-worker preset also runs in bfloat16 (model.precision), two seeds, beside its float32 seeds.
+# it the learning rate at 2048 scaled linearly (x32) and by the square root (x sqrt(32)), and
+# at 2048 the cluster preset's Adam (the paper's). The one-worker preset also runs in bfloat16
+# (model.precision), two seeds, beside its float32 seeds.
 #
 # Every run has the same budget in data points (BUDGET, 5 M) and is evaluated every 192,000 data
 # points (30 greedy games, stopped once they cannot average 18), and ends at greedy 18.
@@ -46,13 +47,16 @@ run() {  # run NAME W SEED [KEY=VALUE ...]: W = 0 is the preset's one worker (mi
 # the most telling first. At 2048 with the single-node settings seed 0 had not learnt by 5 M:
 # its policy still uniform after 2,442 Adam steps, and 96% of its parameters' sqrt(v) under
 # Adam's epsilon 1e-3, which so scaled their steps down; the paper's large-batch epsilon (1e-8)
-# did not make it learn either: 2,442 steps of about the learning rate are too few. The larger
-# rates at 2048 come next, with epsilon 1e-8 (at 1e-3 epsilon, not the rate, would size their
-# steps), and 512, the batch between; then the one-worker preset's second seed and its seeds in
-# bfloat16 (is learning unharmed?), then the second seeds of 512 and 2048.
+# did not make it learn either: 2,442 steps of about the learning rate are too few. The cluster
+# preset's own Adam comes next (configs/breakout_64.yaml, the paper's best run: lr 1e-3, betas
+# 0.8 / 0.75, epsilon 1e-8), then a larger rate at 2048 with epsilon 1e-8 (at 1e-3 epsilon,
+# not the rate, would size its steps), and 512, the batch between; then the one-worker
+# preset's second seed and its seeds in bfloat16 (is learning unharmed?), then the second
+# seeds of 512 and 2048.
 run w64 64 0
 run w64-eps1e-8 64 0 adam.epsilon=1e-8
 run w1 0 0
+run w64-paper-adam 64 0 train.lr=0.001 adam.beta1=0.8 adam.beta2=0.75 adam.epsilon=1e-8
 run w64-eps1e-8-lr-sqrt 64 0 adam.epsilon=1e-8 train.lr=0.0079     # 1.4e-3 x sqrt(2048 / 64)
 run w16 16 0
 run w1-bf16 0 0 model.precision=bfloat16
@@ -65,7 +69,7 @@ run w1-eps1e-8 0 0 adam.epsilon=1e-8
 dba3c plot "$OUT"/w1/* "$OUT"/w16/* "$OUT"/w64/* \
     --out docs/figures/study_batch_pong
 dba3c plot "$OUT"/w1/* "$OUT"/w1-bf16/* --out docs/figures/pong_small_bfloat16
-dba3c plot "$OUT"/w64/* "$OUT"/w64-eps1e-8/* "$OUT"/w64-eps1e-8-lr-sqrt/* \
+dba3c plot "$OUT"/w64/* "$OUT"/w64-eps1e-8/* "$OUT"/w64-eps1e-8-lr-sqrt/* "$OUT"/w64-paper-adam/* \
     "$OUT"/w64-eps1e-8-lr-linear/* \
     --out docs/figures/study_batch_pong_2048   # Adam at 2048: epsilon and the learning rate
 dba3c plot "$OUT"/w1/* "$OUT"/w1-eps1e-8/* --out docs/figures/study_batch_pong_eps_w1
