@@ -80,7 +80,8 @@ def predicted_rows(runs: list[Run], score: float, node_rate: float,
     ``score``, the spread of their data points to it, E(W), and the predicted hours
     (:func:`predicted_hours`: mean and the seeds' low and high), in order of W. A group
     none of whose seeds reached the score, or whose W has no measured E, gives the data
-    points it trained on (``not_reached_within``) and no prediction."""
+    points it trained on (``not_reached_within``) and no prediction; with a measured E, the
+    time those data points take is its lower bound (``hours_at_least``)."""
     rows = []
     for group in seed_groups(runs):
         workers = run_workers(group[0].config)
@@ -99,6 +100,9 @@ def predicted_rows(runs: list[Run], score: float, node_rate: float,
                     for i, k in enumerate(("mean", "low", "high"))}
         else:
             row["not_reached_within"] = min(data_points_trained(run) for run in group)
+            if row["efficiency"]:
+                row["hours_at_least"] = predicted_hours(row["not_reached_within"], workers,
+                                                        node_rate, row["efficiency"])
         rows.append(row)
     return sorted(rows, key=lambda row: row["workers"])
 
@@ -125,7 +129,8 @@ def figure8_table(runs: list[Run], score: float, node_rate: float,
 
 def draw_figure8(table: list[dict]) -> Figure:
     """Log-log hours against workers: the prediction with the seeds' low-high as error
-    bars, its linear speed-up dotted, the paper's points."""
+    bars, its linear speed-up dotted, the lower bounds of the Ws not reached as carets,
+    the paper's points."""
     figure = Figure(figsize=(7, 4.5), layout="constrained")
     axes = figure.add_subplot()
     ours = [row for row in table if row["series"] == "predicted" and "hours_mean" in row]
@@ -136,6 +141,10 @@ def draw_figure8(table: list[dict]) -> Figure:
                       fmt="o-", capsize=3, label=f"predicted: score {ours[0]['score']:g}")
         axes.plot(xs, [r["linear_hours"] for r in ours], ":", color="C0",
                   label="linear speed-up")
+    bounds = [row for row in table if "hours_at_least" in row]
+    if bounds:
+        axes.plot([r["workers"] for r in bounds], [r["hours_at_least"] for r in bounds], "^",
+                  color="C1", label="not reached: at least its budget's time")
     paper = [row for row in table if row["series"] == PAPER_LABEL]
     axes.plot([r["workers"] for r in paper], [r["hours_mean"] for r in paper], "s--",
               color="C3", label=PAPER_LABEL)

@@ -75,6 +75,8 @@ def test_prediction_rows_by_hand(tmp_path):
     # linear speed-up from W = 1: T(1) / 64
     assert sixty_four["linear_hours"] == pytest.approx(one["hours_mean"] / 64)
     assert ours[16]["not_reached_within"] == 20 * 512 and "hours_mean" not in ours[16]
+    # not reached: the budget's 10,240 data points on 16 nodes at 100 x 0.9 each, a bound
+    assert ours[16]["hours_at_least"] == pytest.approx(10240 / (16 * 100 * 0.9) / 3600)
     paper = [(r["workers"], r["hours_mean"]) for r in rows if r["series"] != "predicted"]
     assert paper == [(1, 14.2), (64, pytest.approx(0.35))]
 
@@ -83,19 +85,23 @@ def test_a_w_without_measured_efficiency_gets_no_prediction(tmp_path):
     runs = load_runs([study_run(tmp_path / "w16", 16, 0, [19])])
     row, = figure8.predicted_rows(runs, SCORE, 100.0, {1: 1.0})
     assert row["efficiency"] is None and row["not_reached_within"] == 10 * 512
+    assert "hours_at_least" not in row
 
 
 def test_plot_command_writes_the_predicted_figure_from_runs_and_scale_results(tmp_path):
-    paths = [study_run(tmp_path / "w1", 0, 0, [18]), study_run(tmp_path / "w64", 64, 0, [18])]
+    paths = [study_run(tmp_path / "w1", 0, 0, [18]), study_run(tmp_path / "w64", 64, 0, [18]),
+             study_run(tmp_path / "w16", 16, 0, [0, 0, 0])]
     scale = tmp_path / "scale.json"
     scale.write_text(json.dumps({"points": [
-        {**point(64, 0.5), "step_ms": 20.0, "model_step_ms": 18.0,
-         "data_points_per_s": 1.0}]}))
+        {**point(w, e), "step_ms": 20.0, "model_step_ms": 18.0, "data_points_per_s": 1.0}
+        for w, e in ((64, 0.5), (16, 0.8))]}))
     written = plots.plot_command([*paths, scale], tmp_path / "out",
                                  plots.Figure8(SCORE, node_rate=50.0))
     assert {"figure8_predicted.png", "figure8_predicted.csv"} <= {p.name for p in written}
     with open(tmp_path / "out" / "figure8_predicted.csv", newline="") as file:
         rows = [r for r in csv.DictReader(file) if r["series"] == "predicted"]
-    assert [int(r["workers"]) for r in rows] == [1, 64]
-    assert [float(r["hours_mean"]) for r in rows] == pytest.approx(
-        [640 / 50 / 3600, 20480 / (64 * 50 * 0.5) / 3600])
+    assert [int(r["workers"]) for r in rows] == [1, 16, 64]
+    assert [float(r["hours_mean"] or "nan") for r in rows] == pytest.approx(
+        [640 / 50 / 3600, float("nan"), 20480 / (64 * 50 * 0.5) / 3600], nan_ok=True)
+    # W = 16 did not reach it in 30 steps of 512: at least that long
+    assert float(rows[1]["hours_at_least"]) == pytest.approx(30 * 512 / (16 * 50 * 0.8) / 3600)
