@@ -41,8 +41,10 @@ def test_an_evaluation_below_target_is_the_first_games_of_the_whole_one():
 @pytest.mark.parametrize("command", [["train"], ["launch", "--workers", "1", "--evaluator"]])
 def test_a_training_run_records_the_games_an_evaluation_below_target_played(tmp_path,
                                                                              command):
+    # a run of 30 steps evaluates its final parameters and waits for it (eval.at_end), so an
+    # evaluation finishes however slowly the machine runs
     run = tmp_path / "run"
-    dba3c(*command, PONG, "train.max_seconds=25", "eval.every=10", "eval.episodes=4",
+    dba3c(*command, PONG, "train.max_steps=30", "eval.every=10", "eval.episodes=4",
           "eval.num_envs=2", "eval.stop_below_target=true", "run.checkpoint_every=0",
           "run.progress=none", f"run.dir={run}", timeout=240)
     evals = read_jsonl(run / "eval.jsonl")
