@@ -106,10 +106,13 @@ class ScoreTracker:
     """Real (unclipped) game scores per env; a game ends at a terminal with no lives left
     (with ``episodic_life`` a lost life is terminal for learning but not for the score)."""
 
-    def __init__(self, num_envs: int, episodic_life: bool = False, window: int = 10):
+    def __init__(self, num_envs: int, episodic_life: bool = False, window: int | None = None):
         self.episodic_life = episodic_life
         self.score = np.zeros(num_envs, np.float64)
-        self.recent: deque[float] = deque(maxlen=window)
+        # one game per env (at least 10): simulators that start together end their games in
+        # waves, shortest (and, in most games, lowest-scoring) first; a window of a few games
+        # would follow the lengths within each wave, one per env spans a whole wave
+        self.recent: deque[float] = deque(maxlen=window or max(10, num_envs))
         self.num_episodes = 0
 
     def update(self, step: Step) -> list[tuple[int, float]]:
@@ -127,7 +130,8 @@ class ScoreTracker:
         return finished
 
     def online_score(self) -> float | None:
-        """Mean real score of the last ``window`` finished games (None before the first)."""
+        """Mean real score of the last ``window`` finished games, by default as many as
+        there are envs, at least 10 (None before the first)."""
         return float(np.mean(self.recent)) if self.recent else None
 
 

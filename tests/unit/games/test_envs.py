@@ -67,6 +67,20 @@ def test_online_score_is_the_mean_of_the_last_window_games():
     assert tracker.online_score() == (3.0 + 4.0 + 10.0) / 3
 
 
+def test_online_score_spans_a_wave_of_games_one_per_env():
+    """2048 simulators start together, as an emulated 64-worker step's do: their first
+    games end in order of length, and the longer ones score more. Once every env has ended
+    one game, the online score is the mean of all 2048 games, not of the longest few."""
+    num_envs = 2048
+    tracker = ScoreTracker(num_envs)
+    scores = [-21.0 + (i % 4) for i in range(num_envs)]  # -21 .. -18, 512 of each
+    for env in sorted(range(num_envs), key=lambda i: scores[i]):  # shortest games end first
+        tracker.update(make_step([env], [scores[env]], terminated=[env]))
+    assert tracker.online_score() == sum(scores) / num_envs == -19.5
+    # a window of 10 games would have reported the longest games' -18
+    assert ScoreTracker(3).recent.maxlen == 10
+
+
 def test_episodic_life_breakout_loses_lives_within_one_game():
     """Real ale-py Breakout (5 lives), random play, 2 envs stepped asynchronously one at a
     time: with episodic_life each lost life is a terminal, the game goes on with one life
