@@ -7,12 +7,13 @@
 # at 2048 the cluster preset's Adam (the paper's). The one-worker preset also runs in bfloat16
 # (model.precision), two seeds, beside its float32 seeds.
 #
-# Every run has the same budget in data points (BUDGET, 5 M) and is evaluated every 192,000 data
-# points (30 greedy games, stopped once they cannot average 18), and ends at greedy 18.
-# A run killed (Ctrl-C, SIGTERM) resumes from its last checkpoint when this script runs again;
-# a finished run (its summary.json says max_steps or target) is skipped. On a quiet 2-core
-# machine a one-worker run reaches 18 in about 45 minutes; a run at 512 or 2048 that does not
-# reach it trains its whole budget, about 2-3 hours. `nice` leaves the machine to other work first.
+# Every run has the same budget in data points (BUDGET, 5 M; one run is then resumed to 20 M)
+# and is evaluated every 192,000 data points (30 greedy games, stopped once they cannot
+# average 18), and ends at greedy 18. A run killed (Ctrl-C, SIGTERM) resumes from its last
+# checkpoint when this script runs again; a finished run (its summary.json says the target,
+# or max_steps at its budget) is skipped. On a quiet 2-core machine a one-worker run reaches
+# 18 in about 45 minutes; a run at 2048 that does not reach it trains its whole budget, about
+# 65-90 minutes. `nice` leaves the machine to other work first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
@@ -20,14 +21,16 @@ OUT=${OUT:-runs/study_batch_pong}
 BUDGET=${BUDGET:-5000000}
 EVAL_DP=192000
 
-finished() {  # the run in $1 ended at its budget or at the target
-    python - "$1/summary.json" <<'EOF'
+finished() {  # the run in $1 ended at the target, or at a budget of $2 steps or more
+    python - "$1/summary.json" "$2" <<'EOF'
 import json, sys
 try:
-    reason = json.load(open(sys.argv[1])).get("stop_reason") or ""
+    summary = json.load(open(sys.argv[1]))
 except OSError:
     sys.exit(1)
-sys.exit(0 if reason.startswith(("train.max_steps", "eval.target_score")) else 1)
+reason = summary.get("stop_reason") or ""
+budget_done = reason.startswith("train.max_steps") and summary["final_step"] >= int(sys.argv[2])
+sys.exit(0 if budget_done or reason.startswith("eval.target_score") else 1)
 EOF
 }
 
@@ -35,8 +38,8 @@ run() {  # run NAME W SEED [KEY=VALUE ...]: W = 0 is the preset's one worker (mi
     local name=$1 w=$2 seed=$3; shift 3
     local dir=$OUT/$name/$name-s$seed batch=64 emulate=()  # a setting's seeds share a parent: one curve
     if [ "$w" -gt 0 ]; then batch=$((32 * w)); emulate=(dist.emulate_workers="$w" train.batch_size=32); fi
-    if finished "$dir"; then echo "done: $dir"; return; fi
     local steps=$(( (BUDGET + batch - 1) / batch )) every=$(( (EVAL_DP + batch - 1) / batch ))
+    if finished "$dir" "$steps"; then echo "done: $dir"; return; fi
     local ckpt=$(( every < 1000 ? every : 1000 ))
     echo "$(date -u +%FT%TZ) $dir: $steps steps of $batch data points"
     nice -n 19 dba3c train configs/pong_small.yaml "${emulate[@]}" run.dir="$dir" run.seed="$seed" \
@@ -66,6 +69,10 @@ run w16 16 1
 run w64 64 1
 run w1-bf16 0 1 model.precision=bfloat16
 run w1-eps1e-8 0 0 adam.epsilon=1e-8
+# does 2048 learn given more updates? The cluster preset's Adam resumes to 20 M data points
+# (9,766 updates; train.max_steps may change on a resume), about 4 hours here
+BUDGET=20000000 run w64-paper-adam 64 0 train.lr=0.001 adam.beta1=0.8 adam.beta2=0.75 \
+    adam.epsilon=1e-8
 dba3c plot "$OUT"/w1/* "$OUT"/w16/* "$OUT"/w64/* \
     --out docs/figures/study_batch_pong
 dba3c plot "$OUT"/w1/* "$OUT"/w1-bf16/* --out docs/figures/pong_small_bfloat16
