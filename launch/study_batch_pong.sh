@@ -60,7 +60,10 @@ run w64 64 0
 run w64-eps1e-8 64 0 adam.epsilon=1e-8
 run w1 0 0
 run w64-paper-adam 64 0 train.lr=0.001 adam.beta1=0.8 adam.beta2=0.75 adam.epsilon=1e-8
-run w64-eps1e-8-lr-sqrt 64 0 adam.epsilon=1e-8 train.lr=0.0079     # 1.4e-3 x sqrt(2048 / 64)
+# the square-root rate (run w64-eps1e-8-lr-sqrt 64 0 adam.epsilon=1e-8 train.lr=0.0079, 1.4e-3 x
+# sqrt(2048 / 64)) was stopped at step 480 on 2026-11-29: no first-layer filter had had a
+# gradient since step 282 or earlier (all 16 inactive on 800 frames of play), so its policy
+# could no longer see the screen; it stays in the plots below as it is
 run w16 16 0
 run w1-bf16 0 0 model.precision=bfloat16
 run w1 0 1
