@@ -73,6 +73,12 @@ def make_parser() -> argparse.ArgumentParser:
                    help="write one game as .mp4 or .gif (repeat for both)")
     p.add_argument("--seed", type=int, default=0, help="seed of the games")
 
+    p = sub.add_parser("units", help="a checkpoint's active units per layer, on frames of "
+                       "random play (dead ReLUs pass no gradient)")
+    p.add_argument("path", help="checkpoint file or run directory (newest checkpoint)")
+    p.add_argument("--frames", type=int, default=800, help="observations (default 800)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the games")
+
     p = sub.add_parser("sweep", help="a grid of runs into one sweep directory with sweep.csv")
     _add_config_args(p)
     p.add_argument("--grid", action="append", default=[], metavar="KEY=v1,v2",
@@ -259,6 +265,30 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_units(args: argparse.Namespace) -> int:
+    """``dba3c units``: how many units of each layer a checkpoint's network still uses."""
+    import json
+
+    from dba3c.games.envs import env_spaces
+    from dba3c.learning.models import make_net_spec
+    from dba3c.training import checkpoint
+
+    if args.frames < 1:
+        raise UserError(f"--frames {args.frames} must be at least 1")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise UserError(f"--seed {args.seed} must be in [0, {MAX_SEED}]")
+    ckpt, cfg = checkpoint.load_for_evaluation(args.path, [])
+    spec = make_net_spec(cfg.model, *env_spaces(cfg))
+    checkpoint.check_layout(ckpt, cfg, spec.layout(), f"from {args.path}",
+                            "use its own config")
+    from dba3c.games.evaluation import active_unit_counts, random_play_observations
+
+    obs = random_play_observations(cfg, args.frames, args.seed)
+    print(json.dumps({"checkpoint_step": ckpt.step, "frames": len(obs),
+                      "layers": active_unit_counts(spec, ckpt.theta, obs)}))
+    return 0
+
+
 def cmd_launch(args: argparse.Namespace) -> int:
     """``dba3c launch``: start mpiexec with the right number of ranks."""
     from dba3c.launchers.local import launch_local
@@ -340,7 +370,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"train": cmd_train, "describe": cmd_describe, "keys": cmd_keys,
-            "evaluate": cmd_evaluate,
+            "evaluate": cmd_evaluate, "units": cmd_units,
             "launch": cmd_launch, "plot": cmd_plot, "table": cmd_table, "sweep": cmd_sweep,
             "bench": run_bench, "tune": cmd_tune, "doctor": cmd_doctor}
 

@@ -124,6 +124,44 @@ def record_game(cfg: Config, spec: NetSpec, theta: np.ndarray,
     return score, frames
 
 
+def random_play_observations(cfg: Config, count: int, seed: int) -> np.ndarray:
+    """``count`` observations of the configured game under uniform random play: 8
+    evaluation simulators (no-op starts, whole games), every 4th step of each, so that
+    consecutive frames do not dominate."""
+    pool = make_eval_pool(cfg, 8)
+    rng = np.random.default_rng(seed)
+    kept: list[np.ndarray] = []
+    try:
+        step = pool.reset(seed)
+        for i in itertools.count():
+            if sum(len(obs) for obs in kept) >= count:
+                break
+            pool.send(rng.integers(0, pool.num_actions, len(step.env_ids)))
+            step = pool.recv()
+            if i % 4 == 0:
+                kept.append(step.obs.copy())
+    finally:
+        pool.close()
+    return np.concatenate(kept)[:count]
+
+
+def active_unit_counts(spec: NetSpec, theta: np.ndarray,
+                       obs: np.ndarray) -> list[dict[str, int | str]]:
+    """Per trunk layer of the network with parameters ``theta``: its name, its units, and
+    how many of them are active (:func:`~dba3c.learning.models.active_units`) on ``obs``.
+    A ReLU unit active on none of them passes no gradient on them."""
+    import tensorflow as tf
+
+    from dba3c.learning.models import active_units, hidden_activations
+    from dba3c.learning.params import unflatten
+
+    variables = [tf.constant(t) for t in unflatten(spec.layout(), theta)]
+    outputs = hidden_activations(spec, variables, obs)
+    return [{"layer": stage.name, "units": int(out.shape[-1]),
+             "active": active_units(out.numpy())}
+            for stage, out in zip(spec.stages(), outputs)]
+
+
 class BackgroundEvaluator(threading.Thread):
     """Evaluates parameter snapshots in a thread of the training process (single-node runs,
     and the chief without an evaluator rank).

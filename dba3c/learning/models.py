@@ -294,6 +294,23 @@ def stage_forward(spec: NetSpec, stage: int, params: Sequence, x: Any,
     return tf.matmul(x, policy_w) + policy_b, (tf.matmul(x, value_w) + value_b)[:, 0]
 
 
+def hidden_activations(spec: NetSpec, variables: Sequence, obs: Any) -> list[Any]:
+    """Each trunk stage's output in float32, in order: [B, *stage.shape_next] for uint8/float
+    obs [B, ...], the same layers as :func:`forward` without the heads."""
+    x, outputs = preprocess(spec, obs), []
+    for stage, params in zip(spec.stages(), stage_params(spec, variables)):
+        x = layer_forward(stage, params[:1 + stage.layer.bias], x)
+        outputs.append(x)
+    return outputs
+
+
+def active_units(activation: np.ndarray) -> int:
+    """The units (channels of a convolution's output [B, H, W, C], neurons of a dense
+    layer's [B, C]) whose output is positive for at least one of the B inputs: for a ReLU,
+    the units that still pass a gradient on those inputs."""
+    return int((activation.reshape(-1, activation.shape[-1]) > 0).any(axis=0).sum())
+
+
 def forward(spec: NetSpec, variables: Sequence, obs: Any,
             dtype: str = "float32") -> tuple[Any, Any]:
     """The forward pass in TensorFlow: uint8/float obs [B, ...] -> (logits [B, A], v [B]),

@@ -50,3 +50,13 @@ def test_evaluate_a_checkpoint_file_equals_evaluate_its_run_dir(real_run):
     by_file = json.loads(dba3c("evaluate", ckpt, *args).stdout)
     by_dir = json.loads(dba3c("evaluate", real_run, *args).stdout)
     assert by_file == by_dir  # greedy, same seed: the same games
+
+
+def test_units_counts_each_layers_active_units_on_frames_of_play(real_run):
+    result = json.loads(dba3c("units", real_run, "--frames", "40").stdout)
+    assert result["checkpoint_step"] == 5 and result["frames"] == 40
+    layers = [(layer["layer"], layer["units"]) for layer in result["layers"]]
+    assert layers == [("conv0", 16), ("conv1", 32), ("fc2", 128)]  # a3c_ff, model.hidden 128
+    assert all(0 <= layer["active"] <= layer["units"] for layer in result["layers"])
+    bad = dba3c("units", real_run, "--frames", "0", check=False)
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: --frames 0 must be at least 1"

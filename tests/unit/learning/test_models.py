@@ -14,7 +14,9 @@ import tensorflow as tf
 from dba3c.config import ModelConfig
 from dba3c.learning.models import (
     NetSpec,
+    active_units,
     forward,
+    hidden_activations,
     make_net_spec,
     min_frame_size,
     stage_forward,
@@ -508,3 +510,37 @@ def test_pooling_before_relu_gives_the_same_outputs_and_gradients():
         assert np.abs(ref).max() > 0  # every variable gets a gradient to compare
         # float32 sums over up to 80 x 80 x 2 positions in another order: 1e-5 of the scale
         np.testing.assert_allclose(g, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+# --------------------------------------------------------------------------- active units
+
+def test_active_units_counts_channels_positive_for_some_input():
+    # [B=2, H=1, W=2, C=3]: channel 0 never above 0, channel 1 once, channel 2 zero only
+    a = np.array([[[[-1.0, 0.0, 0.0], [-2.0, 0.5, 0.0]]],
+                  [[[-1.0, -1.0, 0.0], [-3.0, 0.0, 0.0]]]])
+    assert active_units(a) == 1
+    assert active_units(np.array([[0.1, -0.1], [0.0, 2.0]])) == 2  # dense [B, C]
+
+
+def test_hidden_activations_follow_hand_set_biases_and_feed_the_heads():
+    """a3c_ff with zero kernels: each layer's output is relu(its bias) whatever the frames,
+    so its active units are the biases set above 0 (5, 7 and 100 of 16, 32, 256)."""
+    spec = NetSpec("a3c_ff", 256, GRAY, A)
+    theta = np.zeros(spec.layout().num_params, np.float32)
+    variables = [np.array(v) for v in unflatten(spec.layout(), theta)]
+    names = spec.layout().names
+    for name, positive in (("conv0/bias", 5), ("conv1/bias", 7), ("fc2/bias", 100)):
+        bias = variables[names.index(name)]
+        bias[:] = -1.0
+        bias[:positive] = 1.0
+    obs = np.random.default_rng(0).integers(0, 256, (3, *GRAY), dtype=np.uint8)
+    outputs = [o.numpy() for o in hidden_activations(spec, variables, obs)]
+    assert [o.shape for o in outputs] == [(3, 20, 20, 16), (3, 9, 9, 32), (3, 256)]
+    assert [active_units(o) for o in outputs] == [5, 7, 100]
+    # with real parameters, the last output through the heads is the forward pass's
+    variables = unflatten(spec.layout(), spec.init_params(0))
+    hidden = hidden_activations(spec, variables, obs)[-1].numpy()
+    logits, _ = forward(spec, variables, obs)
+    np.testing.assert_allclose(hidden @ variables[names.index("policy/kernel")]
+                               + variables[names.index("policy/bias")], logits.numpy(),
+                               rtol=1e-5, atol=1e-5)
