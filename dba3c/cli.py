@@ -224,29 +224,43 @@ def cmd_describe(args: argparse.Namespace) -> int:
 MAX_SEED = 2**31 - 1  # the largest --seed ale_py 0.12 takes (its reset refuses 2**31)
 
 
+def _check_seed(seed: int) -> None:
+    """A --seed of the games: ale_py's range."""
+    if not 0 <= seed <= MAX_SEED:
+        raise UserError(f"--seed {seed} must be in [0, {MAX_SEED}]")
+
+
+def _checkpoint_network(path: str, overrides: list[str], advice: str) -> tuple:
+    """A checkpoint file or a run directory's newest checkpoint, its stored config with
+    ``overrides``, and the network of that config, refused (with ``advice``) when it is not
+    the checkpoint's."""
+    from dba3c.games.envs import env_spaces
+    from dba3c.learning.models import make_net_spec
+    from dba3c.training import checkpoint
+
+    ckpt, cfg = checkpoint.load_for_evaluation(path, overrides)
+    spec = make_net_spec(cfg.model, *env_spaces(cfg))
+    checkpoint.check_layout(ckpt, cfg, spec.layout(), f"from {path}", advice)
+    return ckpt, cfg, spec
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """``dba3c evaluate``: the training run's evaluation, offline, from a checkpoint."""
     import json
 
     from dba3c.config import is_atari
-    from dba3c.games.envs import env_spaces
     from dba3c.games.scores import score_stats
     from dba3c.games.video import check_video_path, write_video
-    from dba3c.learning.models import make_net_spec
-    from dba3c.training import checkpoint
 
     if args.episodes is not None and args.episodes < 1:
         raise UserError(f"--episodes {args.episodes} must be at least 1")
-    if not 0 <= args.seed <= MAX_SEED:
-        raise UserError(f"--seed {args.seed} must be in [0, {MAX_SEED}]")
+    _check_seed(args.seed)
     for path in args.video:
         check_video_path(path)  # before minutes of play, not after
-    ckpt, cfg = checkpoint.load_for_evaluation(args.path, args.overrides)
+    ckpt, cfg, spec = _checkpoint_network(args.path, args.overrides,
+                                          "evaluate it with its own config")
     if args.video and not is_atari(cfg.env.id):
         raise UserError(f"--video needs an Atari game; env.id={cfg.env.id} has no frames")
-    spec = make_net_spec(cfg.model, *env_spaces(cfg))
-    checkpoint.check_layout(ckpt, cfg, spec.layout(), f"from {args.path}",
-                            "evaluate it with its own config")
     from dba3c.games.evaluation import evaluate_params, record_game  # TensorFlow: after the checks
     episodes = args.episodes or cfg.eval.episodes
 
@@ -269,18 +283,10 @@ def cmd_units(args: argparse.Namespace) -> int:
     """``dba3c units``: how many units of each layer a checkpoint's network still uses."""
     import json
 
-    from dba3c.games.envs import env_spaces
-    from dba3c.learning.models import make_net_spec
-    from dba3c.training import checkpoint
-
     if args.frames < 1:
         raise UserError(f"--frames {args.frames} must be at least 1")
-    if not 0 <= args.seed <= MAX_SEED:
-        raise UserError(f"--seed {args.seed} must be in [0, {MAX_SEED}]")
-    ckpt, cfg = checkpoint.load_for_evaluation(args.path, [])
-    spec = make_net_spec(cfg.model, *env_spaces(cfg))
-    checkpoint.check_layout(ckpt, cfg, spec.layout(), f"from {args.path}",
-                            "use its own config")
+    _check_seed(args.seed)
+    ckpt, cfg, spec = _checkpoint_network(args.path, [], "use its own config")
     from dba3c.games.evaluation import active_unit_counts, random_play_observations
 
     obs = random_play_observations(cfg, args.frames, args.seed)

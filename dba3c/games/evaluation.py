@@ -22,8 +22,9 @@ from dba3c.core import Step
 from dba3c.games.envs import EnvPool, ScoreTracker, make_env_pool
 from dba3c.games.schedule import EvalSchedule
 from dba3c.games.scores import MAX_SCORE, below_target
-from dba3c.learning.learner import Learner
-from dba3c.learning.models import NetSpec
+from dba3c.learning.learner import Learner, as_tensors
+from dba3c.learning.models import NetSpec, active_units, hidden_activations
+from dba3c.learning.params import unflatten
 from dba3c.learning.rl import sample_actions
 
 Predict = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -125,21 +126,22 @@ def record_game(cfg: Config, spec: NetSpec, theta: np.ndarray,
 
 
 def random_play_observations(cfg: Config, count: int, seed: int) -> np.ndarray:
-    """``count`` observations of the configured game under uniform random play: 8
-    evaluation simulators (no-op starts, whole games), every 4th step of each, so that
-    consecutive frames do not dominate."""
+    """``count`` observations of the configured game under uniform random play: up to 8
+    evaluation simulators (``eval.num_envs``; no-op starts, whole games), every 4th step of
+    each, so that consecutive frames do not dominate."""
     pool = make_eval_pool(cfg, 8)
     rng = np.random.default_rng(seed)
     kept: list[np.ndarray] = []
     try:
-        step = pool.reset(seed)
+        step, n = pool.reset(seed), 0
         for i in itertools.count():
-            if sum(len(obs) for obs in kept) >= count:
+            if n >= count:
                 break
             pool.send(rng.integers(0, pool.num_actions, len(step.env_ids)))
             step = pool.recv()
             if i % 4 == 0:
                 kept.append(step.obs.copy())
+                n += len(step.obs)
     finally:
         pool.close()
     return np.concatenate(kept)[:count]
@@ -150,13 +152,7 @@ def active_unit_counts(spec: NetSpec, theta: np.ndarray,
     """Per trunk layer of the network with parameters ``theta``: its name, its units, and
     how many of them are active (:func:`~dba3c.learning.models.active_units`) on ``obs``.
     A ReLU unit active on none of them passes no gradient on them."""
-    import tensorflow as tf
-
-    from dba3c.learning.models import active_units, hidden_activations
-    from dba3c.learning.params import unflatten
-
-    variables = [tf.constant(t) for t in unflatten(spec.layout(), theta)]
-    outputs = hidden_activations(spec, variables, obs)
+    outputs = hidden_activations(spec, as_tensors(unflatten(spec.layout(), theta)), obs)
     return [{"layer": stage.name, "units": int(out.shape[-1]),
              "active": active_units(out.numpy())}
             for stage, out in zip(spec.stages(), outputs)]
