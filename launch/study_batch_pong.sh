@@ -53,9 +53,7 @@ run() {  # run NAME W SEED [KEY=VALUE ...]: W = 0 is the preset's one worker (mi
 # did not make it learn either: 2,442 steps of about the learning rate are too few. The cluster
 # preset's own Adam comes next (configs/breakout_64.yaml, the paper's best run: lr 1e-3, betas
 # 0.8 / 0.75, epsilon 1e-8), then a larger rate at 2048 with epsilon 1e-8 (at 1e-3 epsilon,
-# not the rate, would size its steps), and 512, the batch between; then the one-worker
-# preset's second seed and its seeds in bfloat16 (is learning unharmed?), then the second
-# seeds of 512 and 2048.
+# not the rate, would size its steps), and 512, the batch between.
 run w64 64 0
 run w64-eps1e-8 64 0 adam.epsilon=1e-8
 run w1 0 0
@@ -65,13 +63,15 @@ run w64-paper-adam 64 0 train.lr=0.001 adam.beta1=0.8 adam.beta2=0.75 adam.epsil
 # gradient since step 282 or earlier (all 16 inactive on 800 frames of play), so its policy
 # could no longer see the screen; it stays in the plots below as it is
 run w16 16 0
-run w1-bf16 0 0 model.precision=bfloat16
+# then the second seeds of the three batches (the study's table needs two each) with linear
+# scaling between them, epsilon 1e-8 at one worker, and the one-worker preset in bfloat16
 run w1 0 1
 run w64-eps1e-8-lr-linear 64 0 adam.epsilon=1e-8 train.lr=0.0448  # 1.4e-3 x 2048 / 64
-run w16 16 1
 run w64 64 1
-run w1-bf16 0 1 model.precision=bfloat16
+run w16 16 1
 run w1-eps1e-8 0 0 adam.epsilon=1e-8
+run w1-bf16 0 0 model.precision=bfloat16
+run w1-bf16 0 1 model.precision=bfloat16
 # does 2048 learn given more updates? The cluster preset's Adam resumes to 20 M data points
 # (9,766 updates; train.max_steps may change on a resume), about 4 hours here
 BUDGET=20000000 run w64-paper-adam 64 0 train.lr=0.001 adam.beta1=0.8 adam.beta2=0.75 \
