@@ -294,6 +294,14 @@ class EvalConfig:
                                    "target_score (the games played plus the highest score for "
                                    "each game left fall short; games whose highest score is "
                                    "known: pong); eval.jsonl records the games played")
+    probe_frames: int = _opt(800, NON_NEGATIVE, "frames of random play, fixed for the run, on "
+                             "which each evaluation counts every layer's active units (ReLU "
+                             "output positive on one of them; eval.jsonl active_units); 0 = "
+                             "not counted")
+    stop_if_dead: bool = _opt(True, None, "end the run when an evaluation finds a layer with no "
+                              "active unit on the probe frames: the network's output no "
+                              "longer depends on the observation, and no gradient reaches the "
+                              "layers below it (false: say so and train on)")
     noop_max: int = _opt(30, NON_NEGATIVE, "random no-op starts")
     max_frames: int = _opt(18000, POSITIVE, "frame cap per evaluation episode")
     num_envs: int = _opt(8, POSITIVE, "parallel evaluation games")

@@ -1,6 +1,7 @@
 """The small interfaces every piece depends on; their implementations live where they belong.
 
 - :class:`Params`: a version of the flat parameter vector.
+- :class:`Evaluation`: the games played with one version, and its active units.
 - :class:`Step`: what the simulators return for one batch of envs, and the rollouts read.
 - :class:`ParameterClient`: what a worker's trainer talks to: ``pull`` the first parameters,
   ``push`` a gradient and get the parameters to train on next (None when the run ends).
@@ -37,6 +38,17 @@ class Params:
     version: int
     theta: np.ndarray
     nonfinite_streak: int = 0
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """An evaluation of the parameters at ``step``: each game's score (in the order the
+    games ended) and, for each trunk layer in order, how many of its units were active on the
+    evaluator's probe frames (``eval.probe_frames``; empty when not counted)."""
+
+    step: int
+    scores: tuple[float, ...]
+    active_units: tuple[int, ...] = ()
 
 
 @dataclass

@@ -9,9 +9,10 @@
 #
 # Every run has the same budget in data points (BUDGET, 5 M; one run is then resumed to 20 M)
 # and is evaluated every 192,000 data points (30 greedy games, stopped once they cannot
-# average 18), and ends at greedy 18. A run killed (Ctrl-C, SIGTERM) resumes from its last
-# checkpoint when this script runs again; a finished run (its summary.json says the target,
-# or max_steps at its budget) is skipped. On a quiet 2-core machine a one-worker run reaches
+# average 18), and ends at greedy 18, or at the evaluation that finds a layer of its network
+# dead (eval.stop_if_dead: no unit active on 800 frames of random play). A run killed
+# (Ctrl-C, SIGTERM) resumes from its last checkpoint when this script runs again; a finished
+# run (its summary.json says the target, a dead layer, or max_steps at its budget) is skipped. On a quiet 2-core machine a one-worker run reaches
 # 18 in about 45 minutes; a run at 2048 that does not reach it trains its whole budget, about
 # 65-90 minutes. `nice` leaves the machine to other work first.
 set -euo pipefail
@@ -21,7 +22,7 @@ OUT=${OUT:-runs/study_batch_pong}
 BUDGET=${BUDGET:-5000000}
 EVAL_DP=192000
 
-finished() {  # the run in $1 ended at the target, or at a budget of $2 steps or more
+finished() {  # the run in $1 ended at the target, dead, or at a budget of $2 steps or more
     python - "$1/summary.json" "$2" <<'EOF'
 import json, sys
 try:
@@ -30,7 +31,8 @@ except OSError:
     sys.exit(1)
 reason = summary.get("stop_reason") or ""
 budget_done = reason.startswith("train.max_steps") and summary["final_step"] >= int(sys.argv[2])
-sys.exit(0 if budget_done or reason.startswith("eval.target_score") else 1)
+ended = reason.startswith(("eval.target_score", "eval.stop_if_dead"))  # the target; a dead net
+sys.exit(0 if budget_done or ended else 1)
 EOF
 }
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dba3c.config import Config
-from dba3c.core import ANY_SOURCE, Params, Transport
+from dba3c.core import ANY_SOURCE, Evaluation, Params, Transport
 from dba3c.distributed.mailbox import Inbox, Sender
 from dba3c.distributed.roles import Roles
 from dba3c.distributed.watchdog import StallClock
@@ -38,7 +38,8 @@ class ChiefInbox:
         self.sender = Sender(t)
         self.evals = self.control = None
         if roles.evaluator is not None:
-            self.evals = Inbox(t, roles.evaluator, EvalMsg, EvalMsg.size(cfg.eval.episodes))
+            self.evals = Inbox(t, roles.evaluator, EvalMsg,
+                               EvalMsg.size(cfg.eval.episodes, len(chief.layout.layers)))
             self.control = Inbox(t, roles.evaluator, ControlMsg, ControlMsg.SIZE)
         self.evaluator_ended = self.stop_sent = roles.evaluator is None
         self.eval_games = self.eval_frames = 0  # the end's evaluation so far (PLAYED, FRAMES)
@@ -68,7 +69,7 @@ class ChiefInbox:
                 self.evaluator_ended = True
                 self.clock.progress(time.monotonic())
             elif result.scores:
-                self.chief.on_eval(result.step, list(result.scores))
+                self.chief.on_eval(Evaluation(result.step, result.scores, result.active_units))
             else:
                 self.chief.evaluation_dropped(result.step)
         if not self.stop_sent and (self.evaluator_ended or self.chief.signal is not None):

@@ -20,7 +20,8 @@ FRAMES_EVERY_S = 1.0  # between FRAMES messages while the run waits for its last
 class EvaluatorRank:
     """Evaluates each new complete snapshot (every ``eval.every`` steps) and sends the
     scores to the chief (with ``eval.stop_below_target``, those of the games played once
-    the target is out of reach).
+    the target is out of reach), with each layer's active units on the probe frames
+    (:class:`~dba3c.games.evaluation.UnitProbe`).
 
     When the run ends (an owner sent its last shard or DONE), with ``eval.at_end`` it
     finishes the evaluation in progress, then evaluates the final snapshot (every owner
@@ -32,7 +33,7 @@ class EvaluatorRank:
     """
 
     def __init__(self, t: Transport, roles: Roles, cfg: Config, spec: NetSpec):
-        from dba3c.games.evaluation import make_eval_pool, stop_rule
+        from dba3c.games.evaluation import UnitProbe, make_eval_pool, stop_rule
         from dba3c.learning.learner import Learner
 
         self.cfg = cfg
@@ -42,6 +43,7 @@ class EvaluatorRank:
         self.control = Inbox(t, 0, ControlMsg, ControlMsg.SIZE)
         self.sender = Sender(t)
         self.learner = Learner(spec, cfg.train, spec.init_params(0))
+        self.probe = UnitProbe(cfg, spec)
         self.pool = make_eval_pool(cfg, cfg.eval.episodes)
         self.give_up = stop_rule(cfg)
         self.evaluated = -1
@@ -91,7 +93,8 @@ class EvaluatorRank:
         if self.dropping or step <= self.evaluated or (self.feed.ended
                                                        and not all(self.feed.done)):
             return False
-        self.learner.set_params(self.feed.params().theta)
+        theta = self.feed.params().theta
+        self.learner.set_params(theta)
         scores = play(self.learner.predict, self.pool, self.cfg.eval.episodes,
                       greedy=self.cfg.eval.greedy, seed=self.cfg.run.seed + step,
                       on_game=self._played, on_frames=self._framed,
@@ -100,7 +103,8 @@ class EvaluatorRank:
         self.evaluated = step
         gave_up = self.give_up is not None and self.give_up(scores)
         complete = len(scores) == self.cfg.eval.episodes or gave_up
-        self.sender.post(EvalMsg(step, tuple(scores) if complete else ()), [0])
+        self.sender.post(EvalMsg(step, tuple(scores), self.probe.active_units(theta))
+                         if complete else EvalMsg(step), [0])
         return True
 
     def close(self) -> None:

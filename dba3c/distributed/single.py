@@ -148,8 +148,8 @@ def _train(cfg: Config, spec: NetSpec, start: checkpoint.StartState,
             if chief.checkpoint_due(params.version):
                 save(params.version)
             if evaluator is not None:
-                for step, scores in evaluator.after_step(params.version, params.theta):
-                    chief.on_eval(step, scores)
+                for evaluation in evaluator.after_step(params.version, params.theta):
+                    chief.on_eval(evaluation)
             return chief.stop_reason is not None
 
         worker.train(store, after_step)

@@ -23,8 +23,8 @@ non-finite), two to a float32 slot, so half the bytes; it is float32 again once 
   ReportMsg     STATS              worker -> chief       float64 [WorkerReport..., final, rank]
   ControlMsg    CONTROL            chief <-> PS,         int64 [command, argument]
                                    chief <-> evaluator
-  EvalMsg       EVAL               evaluator -> chief    float64 [step, n, scores...]; no
-                                                         scores: dropped
+  EvalMsg       EVAL               evaluator -> chief    float64 [step, n, scores..., k,
+                                                         active units...]; no scores: dropped
   StatusMsg     STATUS             PS -> chief           int64 [version, n, ranks...]
 """
 
@@ -333,28 +333,34 @@ class ControlMsg:
 
 @dataclass(frozen=True)
 class EvalMsg:
-    """The evaluator's scores of the parameters at ``step``; no scores: that evaluation was
-    dropped; step END: the evaluator has finished."""
+    """The evaluator's scores of the parameters at ``step`` and each trunk layer's active
+    units (:class:`~dba3c.core.Evaluation`); no scores: that evaluation was dropped; step END:
+    the evaluator has finished."""
 
     TAG: ClassVar[Tag] = Tag.EVAL
     DTYPE: ClassVar[type[np.generic]] = np.float64
     step: int
     scores: tuple[float, ...] = ()
+    active_units: tuple[int, ...] = ()
 
     @staticmethod
-    def size(episodes: int) -> int:
-        """float64 slots of a message with ``episodes`` scores."""
-        return 2 + episodes
+    def size(episodes: int, layers: int) -> int:
+        """float64 slots of a message with ``episodes`` scores and ``layers`` counts."""
+        return 3 + episodes + layers
 
     def encode(self) -> np.ndarray:
-        """float64 [step, n, scores...]."""
-        return _counted(self.step, self.scores, np.float64)
+        """float64 [step, n, scores..., k, active units...]."""
+        return np.concatenate([_counted(self.step, self.scores, np.float64),
+                               np.array([len(self.active_units), *self.active_units],
+                                        np.float64)])
 
     @classmethod
     def decode(cls, buf: np.ndarray) -> EvalMsg:
         """Inverse of :meth:`encode`."""
         step, scores = _read_counted(buf)
-        return cls(step, tuple(scores))
+        k = 2 + len(scores)
+        return cls(step, tuple(scores),
+                   tuple(int(x) for x in buf[k + 1:k + 1 + int(buf[k])]))
 
 
 @dataclass(frozen=True)

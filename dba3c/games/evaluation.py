@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from dba3c.config import Config
-from dba3c.core import Step
+from dba3c.core import Evaluation, Step
 from dba3c.games.envs import EnvPool, ScoreTracker, make_env_pool
 from dba3c.games.schedule import EvalSchedule
 from dba3c.games.scores import MAX_SCORE, below_target
@@ -158,6 +158,25 @@ def active_unit_counts(spec: NetSpec, theta: np.ndarray,
             for stage, out in zip(spec.stages(), outputs)]
 
 
+class UnitProbe:
+    """``eval.probe_frames`` observations of random play (:func:`random_play_observations`,
+    seed ``run.seed``: the frames ``dba3c units --frames N --seed S`` uses), collected once,
+    on which every evaluation of a run counts each trunk layer's active units."""
+
+    def __init__(self, cfg: Config, spec: NetSpec):
+        self.spec = spec
+        count = cfg.eval.probe_frames
+        self.obs = random_play_observations(cfg, count, cfg.run.seed) if count else None
+
+    def active_units(self, theta: np.ndarray) -> tuple[int, ...]:
+        """Each trunk layer's active units with parameters ``theta``, in order (none: the
+        probe is off)."""
+        if self.obs is None:
+            return ()
+        return tuple(int(layer["active"])
+                     for layer in active_unit_counts(self.spec, theta, self.obs))
+
+
 class BackgroundEvaluator(threading.Thread):
     """Evaluates parameter snapshots in a thread of the training process (single-node runs,
     and the chief without an evaluator rank).
@@ -182,7 +201,7 @@ class BackgroundEvaluator(threading.Thread):
         self.games = 0  # games the evaluation in progress has played
         self.frames = 0  # and emulator frames
 
-    def after_step(self, step: int, theta: np.ndarray) -> list[tuple[int, list[float]]]:
+    def after_step(self, step: int, theta: np.ndarray) -> list[Evaluation]:
         """Submit ``theta`` if ``step`` is due for evaluation; return the evaluations
         finished since the last call, as :meth:`results`."""
         self.schedule.after_step(step, theta)
@@ -201,8 +220,8 @@ class BackgroundEvaluator(threading.Thread):
         step = self.schedule.submitted
         return step if step > self.finished else None
 
-    def results(self) -> list[tuple[int, list[float]]]:
-        """Evaluations finished since the last call: (step, scores)."""
+    def results(self) -> list[Evaluation]:
+        """Evaluations finished since the last call."""
         if self.error is not None:
             raise RuntimeError(f"evaluator failed: {self.error!r}") from self.error
         out = []
@@ -232,6 +251,7 @@ class BackgroundEvaluator(threading.Thread):
         pool = None
         try:
             learner = Learner(self.spec, self.cfg.train, self.spec.init_params(0))
+            probe = UnitProbe(self.cfg, self.spec)
             pool = make_eval_pool(self.cfg, self.cfg.eval.episodes)
             give_up = stop_rule(self.cfg)
             while not self._stopping.is_set():
@@ -246,7 +266,7 @@ class BackgroundEvaluator(threading.Thread):
                               on_game=self._played, on_frames=self._framed,
                               should_stop=self._stopping.is_set, give_up=give_up)
                 if not self._stopping.is_set():
-                    self._outbox.put((step, scores))
+                    self._outbox.put(Evaluation(step, tuple(scores), probe.active_units(theta)))
                     self.finished = step
         except BaseException as e:
             self.error = e

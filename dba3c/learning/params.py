@@ -32,6 +32,12 @@ class ParamLayout:
         """Length of the flat vector."""
         return int(sum(self.sizes))
 
+    @property
+    def layers(self) -> tuple[str, ...]:
+        """The layers in order: each name's part before its ``/`` (``conv0/kernel`` and
+        ``conv0/bias`` are layer ``conv0``), once."""
+        return tuple(dict.fromkeys(name.split("/")[0] for name in self.names))
+
     def to_dict(self) -> dict:
         """JSON-friendly form (stored in checkpoints)."""
         return {"names": list(self.names), "shapes": [list(s) for s in self.shapes]}

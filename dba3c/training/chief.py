@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dba3c.config import INF, Config
-from dba3c.core import Params
+from dba3c.core import Evaluation, Params
 from dba3c.games.scores import score_stats
 from dba3c.learning.models import NetSpec
 from dba3c.learning.optim import learning_rate
@@ -155,11 +155,19 @@ class Chief:
         return checkpoint.save_state(self.run_dir.checkpoints_dir, step, (theta, adam_m, adam_v),
                                      adam_count, meta, self.cfg.run.keep_checkpoints)
 
-    def on_eval(self, step: int, scores: list[float]) -> None:
-        """An evaluation of the parameters at ``step`` finished with these game scores."""
-        record = {"step": step, "time_s": self.elapsed(), **score_stats(self.cfg.env.id, scores)}
+    def on_eval(self, evaluation: Evaluation) -> None:
+        """An evaluation finished: record its scores and active units (eval.jsonl, the
+        scalars, the summary); the target reached or a dead layer may end the run."""
+        step = evaluation.step
+        record = {"step": step, "time_s": self.elapsed(),
+                  **score_stats(self.cfg.env.id, list(evaluation.scores))}
+        active = dict(zip(self.layout.layers, evaluation.active_units))
+        if active:
+            record["active_units"] = active
         self.evals.write(record)
         eval_scalars = {f"eval/{k}_score": record[k] for k in ("mean", "max")}
+        eval_scalars.update({f"eval/active_units/{layer}": n for layer, n in active.items()})
+        self._check_alive(step, active)
         if "hns" in record:
             eval_scalars["eval/hns"] = record["hns"]
             self.summary["hns"] = record["hns"]  # of the latest evaluation
@@ -179,6 +187,22 @@ class Chief:
                       + (f", hns {record['hns']:.3f}" if "hns" in record else ""))
         self._write_scalars(step, eval_scalars)
         self._write_summary()
+
+    def _check_alive(self, step: int, active: dict[str, int]) -> None:
+        """A layer with no active unit on the probe frames makes the network's output a
+        constant: say so, and with ``eval.stop_if_dead`` end the run."""
+        dead = [layer for layer, n in active.items() if n == 0]
+        if not dead:
+            return
+        stopping = self.cfg.eval.stop_if_dead
+        self._say(f"step {step}: the network is dead: layer {dead[0]} has no active unit on "
+                  f"{self.cfg.eval.probe_frames} frames of random play (eval.probe_frames), so "
+                  f"its output no longer depends on the observation and no gradient reaches "
+                  f"the layers below it; "
+                  + ("the run stops (eval.stop_if_dead=false trains on)" if stopping
+                     else "training goes on (eval.stop_if_dead=false)"))
+        if stopping:
+            self.request_stop(f"eval.stop_if_dead: layer {dead[0]} dead at step {step}")
 
     # ---- evaluation in this process, and at the end ---------------------------------------
     @contextmanager
@@ -212,14 +236,14 @@ class Chief:
         if self.cfg.eval.at_end and self.signal is None and final is not None:
             evaluator.schedule.last(final.version, final.theta)
             while evaluator.in_progress() is not None and self.signal is None:
-                for step, scores in evaluator.results():
-                    self.on_eval(step, scores)
+                for evaluation in evaluator.results():
+                    self.on_eval(evaluation)
                 self.evaluation_progress(evaluator.games, evaluator.frames)
                 time.sleep(0.05)
         evaluator.stop()
         dropped = evaluator.in_progress()
-        for step, scores in evaluator.results():
-            self.on_eval(step, scores)
+        for evaluation in evaluator.results():
+            self.on_eval(evaluation)
         if dropped is not None:
             self.evaluation_dropped(dropped)
 

@@ -261,6 +261,7 @@ OPERATIONAL_KEYS = frozenset({
     "run.wandb_mode", "run.checkpoint_every", "run.keep_checkpoints", "run.allow_changes",
     # evaluation cadence and cost
     "eval.every", "eval.at_end", "eval.stop_below_target", "eval.num_envs",
+    "eval.probe_frames", "eval.stop_if_dead",
     # threads, polling, timeouts and the scheduling of the same synchronous update
     "env.num_threads", "train.intra_op_threads", "train.inter_op_threads",
     "dist.stall_timeout", "dist.poll_max_ms", "dist.collective_poll_us",

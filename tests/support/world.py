@@ -18,6 +18,7 @@ from dba3c.distributed.roles import make_roles
 from dba3c.distributed.transport.in_process import InProcessTransport
 from dba3c.distributed.transport.waiting import wait_until
 from dba3c.distributed.wire import ReportMsg, Tag
+from dba3c.learning.params import ParamLayout
 from dba3c.learning.rules import OptimizerState
 from dba3c.preset import from_dict
 from dba3c.training.report import WorkerReport
@@ -37,6 +38,7 @@ class FakeChief:
     def __init__(self):
         self.step, self.start_step, self.stop_reason, self.signal = 0, 0, None, None
         self.extra, self.reports, self.checkpoints = {}, {}, {}
+        self.layout = ParamLayout((), ())  # no layer: an evaluation carries no active units
 
     def worker_report(self, rank, report):
         self.reports[rank] = report
@@ -48,7 +50,7 @@ class FakeChief:
         self.checkpoints[step] = (np.concatenate(theta), np.concatenate(m), np.concatenate(v),
                                  count)
 
-    def on_eval(self, step, scores):
+    def on_eval(self, evaluation):
         raise AssertionError("no evaluator in these tests")
 
     def as_chief(self) -> Chief:

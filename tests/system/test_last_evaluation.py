@@ -1,9 +1,10 @@
 """The evaluation at the end of a run, through the real command line: a run that ends
 (``train.max_steps``) evaluates its final parameters, waits for it, and records it in
 eval.jsonl and summary.json (and the time to the target, when it reaches it), in one process
-(a short Pong run) and with collective aggregation; a signal drops the evaluation in
-progress and says so, and the run still stops at once. (With parameter servers: test_sweep's
-runs; an evaluator rank: test_collective_mpi and tests/unit/distributed/test_evaluator.py.)"""
+(a short Pong run, with every layer's active units) and with collective aggregation; a
+signal drops the evaluation in progress and says so, and the run still stops at once. (With
+parameter servers: test_sweep's runs; an evaluator rank: test_collective_mpi and
+tests/unit/distributed/test_evaluator.py.)"""
 
 from __future__ import annotations
 
@@ -50,6 +51,13 @@ def test_a_short_pong_run_evaluates_its_final_parameters(tmp_path):
     assert last["episodes"] == 1 and last["min"] == last["max"] == last["mean"]
     assert last["hns"] == pytest.approx(score_stats("pong", [last["mean"]])["hns"])
     assert summary(run)["hns"] == last["hns"]
+    # each evaluation counted every layer's active units on eval.probe_frames of random play:
+    # the final one those `dba3c units` counts on the run's last checkpoint (the same
+    # parameters, the same 800 frames of seed run.seed)
+    units = json.loads(dba3c("units", run, "--frames", "800", "--seed", "0").stdout)
+    assert units["checkpoint_step"] == 40
+    assert last["active_units"] == {layer["layer"]: layer["active"] for layer in units["layers"]}
+    assert all(list(e["active_units"]) == ["conv0", "conv1", "fc2"] for e in evals)
 
 
 @pytest.mark.slow

@@ -139,8 +139,8 @@ def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
                 link.own_state(shard, final=False)
             snapshots.after_step(shard)
             if evaluator is not None:
-                for step, scores in evaluator.after_step(params.version, params.theta):
-                    chief.on_eval(step, scores)
+                for evaluation in evaluator.after_step(params.version, params.theta):
+                    chief.on_eval(evaluation)
             return client.stopping
 
         train(worker, client, after_step, overlaps(cfg))

@@ -46,8 +46,8 @@ def run_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec, worker: W
         if evaluator is not None:
             finished = (evaluator.results() if params is None
                         else evaluator.after_step(params.version, params.theta))
-            for step, scores in finished:
-                chief.on_eval(step, scores)
+            for evaluation in finished:
+                chief.on_eval(evaluation)
         return False
 
     worker.train(client, lambda params, report: send_report(params, report, False))

@@ -1,13 +1,14 @@
 """The wire format (dba3c.distributed.wire): a gradient in bfloat16 (``dist.wire_dtype``)
 takes half the payload and arrives as the gradient rounded to bfloat16, against a rounding
-written here from the format."""
+written here from the format; an evaluation's message carries its scores and active units
+in the slots its size gives."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from dba3c.distributed.wire import END, HEADER, GradMsg
+from dba3c.distributed.wire import END, HEADER, EvalMsg, GradMsg
 from tests.support.world import round_to_bfloat16
 
 
@@ -43,3 +44,15 @@ def test_a_float32_gradient_and_a_bye_travel_as_they_are():
                                                     g.view(np.uint32))
     bye = GradMsg.decode(GradMsg(END, 4, wire="bfloat16").encode())
     assert bye.is_bye and bye.rank == 4 and bye.grad_shard.size == 0
+
+
+@pytest.mark.parametrize("msg", [EvalMsg(7, (-21.0, 3.5), (2, 0, 45)), EvalMsg(7, (1.0,)),
+                                 EvalMsg(9), EvalMsg(END)])
+def test_an_evaluation_travels_with_its_active_units_in_the_slots_of_its_size(msg):
+    buf = msg.encode()
+    assert buf.tolist() == [msg.step, len(msg.scores), *msg.scores, len(msg.active_units),
+                            *msg.active_units]
+    assert buf.size <= EvalMsg.size(len(msg.scores), len(msg.active_units))
+    padded = np.zeros(EvalMsg.size(2, 3))  # what the chief's inbox receives into
+    padded[:buf.size] = buf
+    assert EvalMsg.decode(padded) == msg

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from dba3c.analysis import plots
+from dba3c.core import Evaluation
 from dba3c.errors import UserError
 from dba3c.games.envs import env_spaces
 from dba3c.games.scores import RANDOM_AND_HUMAN, human_normalized_score, score_stats
@@ -47,9 +48,9 @@ def _chief(tmp_path, config, *overrides):
 
 def test_chief_writes_hns_and_the_protocol(tmp_path):
     chief = _chief(tmp_path, BREAKOUT, "env.id=pong", "model.kind=a3c_ff")
-    chief.on_eval(10, [-21.0, -19.0])  # mean -20
-    chief.on_eval(20, [-5.0, -3.0])  # mean -4: the best
-    chief.on_eval(30, [-11.0, -9.0])  # mean -10: the latest
+    chief.on_eval(Evaluation(10, (-21.0, -19.0)))  # mean -20
+    chief.on_eval(Evaluation(20, (-5.0, -3.0)))  # mean -4: the best
+    chief.on_eval(Evaluation(30, (-11.0, -9.0)))  # mean -10: the latest
     chief.close()
     evals = read_jsonl(tmp_path / "eval.jsonl")
     assert [e["hns"] for e in evals] == pytest.approx([0.7 / 35.3, 16.7 / 35.3, 10.7 / 35.3])
@@ -61,7 +62,7 @@ def test_chief_writes_hns_and_the_protocol(tmp_path):
 
 def test_a_game_without_reference_scores_has_no_hns(tmp_path):
     chief = _chief(tmp_path, str(ROOT / "configs" / "cartpole.yaml"))
-    chief.on_eval(10, [100.0, 200.0])
+    chief.on_eval(Evaluation(10, (100.0, 200.0)))
     chief.close()
     assert "hns" not in read_jsonl(tmp_path / "eval.jsonl")[0]
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -73,8 +74,8 @@ def test_plot_draws_hns_when_evaluations_have_it(tmp_path):
     chief = _chief(run_dir, BREAKOUT, "env.id=pong", "model.kind=a3c_ff", "run.log_every=1",
                    "eval.protocol=machado")
     chief.on_step(1)  # a metrics line (no worker reported yet): metrics.jsonl exists
-    chief.on_eval(1, [-20.7])
-    chief.on_eval(2, [14.6])
+    chief.on_eval(Evaluation(1, (-20.7,)))
+    chief.on_eval(Evaluation(2, (14.6,)))
     chief.close()
     assert json.loads((run_dir / "summary.json").read_text())["eval_protocol"] == "machado"
     written = plots.plot_command([run_dir], tmp_path / "out")

@@ -1,7 +1,8 @@
 """The chief (dba3c.training.chief): its metrics from worker reports as they arrive over the
 wire, the last step logged when a run ends between log steps, and the end of a run for an
 evaluator thread (a signal during the last evaluation, eval.at_end=false, its progress
-lines, a run too short to be evaluated at the end)."""
+lines, a run too short to be evaluated at the end), and each evaluation's active units, a
+dead layer ending the run."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from pathlib import Path
 from unittest import mock
 
 import numpy as np
+import pytest
 
 from dba3c.core import Params
 from dba3c.distributed.wire import ReportMsg
+from dba3c.learning.params import unflatten
 from dba3c.preset import from_dict, load_config
 from dba3c.training.chief import Chief
 from dba3c.training.report import Losses, Seconds, WorkerReport
@@ -181,3 +184,46 @@ def test_without_eval_at_end_the_evaluation_in_progress_is_dropped(tmp_path, cap
     assert capsys.readouterr().err == (
         "the evaluation of step 5 in progress was dropped (eval.at_end=false)\n")
     assert read_jsonl(tmp_path / "eval.jsonl") == [] and not evaluator.is_alive()
+
+
+# ---- active units ------------------------------------------------------------------------
+def hand_set(spec, alive: dict[str, int]) -> np.ndarray:
+    """Parameters with zero kernels: each hidden layer's output is relu(its bias) whatever
+    the input, so its active units are the biases set to 1 (the first ``alive[layer]``),
+    the others -1."""
+    theta = np.zeros(spec.layout().num_params, np.float32)
+    tensors = dict(zip(spec.layout().names, unflatten(spec.layout(), theta)))
+    for layer, n in alive.items():
+        tensors[f"{layer}/bias"][:] = -1.0
+        tensors[f"{layer}/bias"][:n] = 1.0
+    return theta
+
+
+@pytest.mark.parametrize("stop_if_dead", [True, False])
+def test_each_evaluation_counts_active_units_and_a_dead_layer_ends_the_run(
+        tmp_path, capsys, stop_if_dead):
+    chief, evaluator, spec = chief_and_evaluator(
+        tmp_path, "eval.episodes=1", "eval.probe_frames=50", f"eval.stop_if_dead={stop_if_dead}")
+    for step, alive in ((5, {"fc0": 9, "fc1": 3}), (10, {"fc0": 0, "fc1": 3})):
+        evaluator.submit(step, hand_set(spec, alive))
+        while evaluator.in_progress() is not None or evaluator.finished < step:
+            for evaluation in evaluator.results():
+                chief.on_eval(evaluation)
+        for evaluation in evaluator.results():
+            chief.on_eval(evaluation)
+    evaluator.stop()
+    chief.close()
+    assert [(r["step"], r["active_units"]) for r in read_jsonl(tmp_path / "eval.jsonl")] == [
+        (5, {"fc0": 9, "fc1": 3}), (10, {"fc0": 0, "fc1": 3})]
+    said = ("step 10: the network is dead: layer fc0 has no active unit on 50 frames of random "
+            "play (eval.probe_frames), so its output no longer depends on the observation and no "
+            "gradient reaches the layers below it; ")
+    said += ("the run stops (eval.stop_if_dead=false trains on)" if stop_if_dead
+             else "training goes on (eval.stop_if_dead=false)")
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == said
+    # a run that stops says the evaluation it ends with
+    assert len(lines) == 1 + stop_if_dead
+    assert lines[1:] == [] or lines[1].startswith("evaluation of step 10: mean score ")
+    assert chief.stop_reason == ("eval.stop_if_dead: layer fc0 dead at step 10" if stop_if_dead
+                                 else None)

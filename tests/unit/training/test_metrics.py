@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from dba3c.core import Evaluation
 from dba3c.preset import load_config
 from dba3c.training.chief import Chief
 from dba3c.training.metrics import (
@@ -113,7 +114,7 @@ def _run_chief(run_dir, *overrides):
     chief = Chief(cfg, None, NO_PARAMS, num_workers=1, hosts=["h0"])
     chief.on_step(1)
     chief.on_step(2)
-    chief.on_eval(1, [-20.0, -10.0])  # an evaluation finishing after step 2 was logged
+    chief.on_eval(Evaluation(1, (-20.0, -10.0)))  # an evaluation finishing after step 2 was logged
     chief.close()
     return cfg
 
@@ -153,7 +154,7 @@ def test_real_wandb_offline_run(tmp_path):
                                "run.wandb=true", "run.wandb_mode=offline"])
     chief = Chief(cfg, None, NO_PARAMS, num_workers=1, hosts=["h0"])
     chief.on_step(1)
-    chief.on_eval(1, [-20.7])
+    chief.on_eval(Evaluation(1, (-20.7,)))
     log = chief.scalar_logs[-1]
     assert isinstance(log, Wandb)
     summary = dict(log._run.summary)
