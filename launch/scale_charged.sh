@@ -7,8 +7,9 @@
 # (with its 4-straggler point) and W = 128 over 10 Gb/s, both at time scale 400 (at 200 the
 # 2-core host's own share of each step shows: 5% at W = 64, 22% at W = 128), of W = 64 over
 # 100 Gb/s (time scale 5 x 200 = 1000), and W = 64 at FC 512 over 10 Gb/s twice (the bench
-# raises it to 400 itself). Needs root, `ip netns` and about 16 GB of memory; about 40
-# minutes on 2 cores. Run it alone: every figure is a timing.
+# raises it to 400 itself); then three runs of W = 16 at FC 128 over 10 Gb/s, time scale
+# 400 (the predicted Figure 8's E(16), docs/results.md). Needs root, `ip netns` and about
+# 16 GB of memory; about 45 minutes on 2 cores. Run it alone: every figure is a timing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
@@ -26,3 +27,4 @@ for run in 1 2 3; do
     scale "w64-fc128-100-$run" 200 --workers 64 --links 100 --hidden 128
 done
 for run in 1 2; do scale "w64-fc512-10-$run" 200 --workers 64 --links 10 --hidden 512; done
+for run in 1 2 3; do scale "w16-fc128-10-$run" 400 --workers 16 --links 10 --hidden 128; done

@@ -85,3 +85,18 @@ dba3c plot "$OUT"/w64/* "$OUT"/w64-eps1e-8/* "$OUT"/w64-eps1e-8-lr-sqrt/* "$OUT"
     "$OUT"/w64-eps1e-8-lr-linear/* \
     --out docs/figures/study_batch_pong_2048   # Adam at 2048: epsilon and the learning rate
 dba3c plot "$OUT"/w1/* "$OUT"/w1-eps1e-8/* --out docs/figures/study_batch_pong_eps_w1
+# the paper's Figure 8 predicted (docs/results.md): T(W) = D(32 W) / (W R E(W)), R one node's
+# data points/s (the median of the one-worker float32 runs' own rate on this machine), E(W)
+# the emulated cluster's charged efficiency (launch/scale_charged.sh: W = 16, 64, 128 at FC
+# 128 over 10 Gb/s), at greedy 18 and at 10 (what the one-worker seed 0 reached by 5 M)
+rate=$(python - "$OUT"/w1/*/metrics.jsonl <<'EOF'
+import json, statistics, sys
+rates = [record["perf/data_points_per_s"] for path in sys.argv[1:] for line in open(path)
+         if line.strip() and (record := json.loads(line)).get("perf/data_points_per_s")]
+print(round(statistics.median(rates)))
+EOF
+)
+for score in 18 10; do
+    dba3c plot "$OUT"/w1/* "$OUT"/w16/* "$OUT"/w64/* bench/charged/w*-fc128-10-*.json \
+        --score "$score" --node-rate "$rate" --out "docs/figures/study_batch_pong_figure8_$score"
+done
