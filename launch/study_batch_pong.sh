@@ -65,10 +65,11 @@ run w64-paper-adam 64 0 train.lr=0.001 adam.beta1=0.8 adam.beta2=0.75 adam.epsil
 # gradient since step 282 or earlier (all 16 inactive on 800 frames of play), so its policy
 # could no longer see the screen; it stays in the plots below as it is
 run w16 16 0
-# then the second seeds of the three batches (the study's table needs two each) with linear
-# scaling between them, epsilon 1e-8 at one worker, and the one-worker preset in bfloat16
-run w1 0 1
+# then linear scaling (short if its network dies: the evaluation that finds a dead layer
+# ends it), the second seeds of the three batches (the study's table needs two each),
+# epsilon 1e-8 at one worker, and the one-worker preset in bfloat16
 run w64-eps1e-8-lr-linear 64 0 adam.epsilon=1e-8 train.lr=0.0448  # 1.4e-3 x 2048 / 64
+run w1 0 1
 run w64 64 1
 run w16 16 1
 run w1-eps1e-8 0 0 adam.epsilon=1e-8
