@@ -160,21 +160,24 @@ def active_unit_counts(spec: NetSpec, theta: np.ndarray,
 
 class UnitProbe:
     """``eval.probe_frames`` observations of random play (:func:`random_play_observations`,
-    seed ``run.seed``: the frames ``dba3c units --frames N --seed S`` uses), collected once,
-    on which every evaluation of a run counts each trunk layer's active units."""
+    seed ``run.seed``: the frames ``dba3c units --frames N --seed S`` uses), collected at
+    the first count (after the first evaluation's games: an evaluator starts playing at
+    once), on which every evaluation of a run counts each trunk layer's active units."""
 
     def __init__(self, cfg: Config, spec: NetSpec):
-        self.spec = spec
-        count = cfg.eval.probe_frames
-        self.obs = random_play_observations(cfg, count, cfg.run.seed) if count else None
+        self.cfg, self.spec = cfg, spec
+        self._obs: np.ndarray | None = None
 
     def active_units(self, theta: np.ndarray) -> tuple[int, ...]:
-        """Each trunk layer's active units with parameters ``theta``, in order (none: the
-        probe is off)."""
-        if self.obs is None:
+        """Each trunk layer's active units with parameters ``theta``, in order (none:
+        ``eval.probe_frames`` is 0)."""
+        count = self.cfg.eval.probe_frames
+        if not count:
             return ()
+        if self._obs is None:
+            self._obs = random_play_observations(self.cfg, count, self.cfg.run.seed)
         return tuple(int(layer["active"])
-                     for layer in active_unit_counts(self.spec, theta, self.obs))
+                     for layer in active_unit_counts(self.spec, theta, self._obs))
 
 
 class BackgroundEvaluator(threading.Thread):
