@@ -116,13 +116,15 @@ def predicted_hours(data_points: float, workers: int, node_rate: float,
 def figure8_table(runs: list[Run], score: float, node_rate: float,
                   efficiency: Mapping[int, float]) -> list[dict]:
     """:func:`predicted_rows`, the linear speed-up from the smallest predicted W (T_W0 W0 /
-    W at each predicted W) and the paper's points (series ``paper``)."""
+    W at that W and every larger one, predicted or not: where a lower bound lies against
+    it) and the paper's points (series ``paper``)."""
     rows = predicted_rows(runs, score, node_rate, efficiency)
     known = [row for row in rows if "hours_mean" in row]
     if known:
         first = known[0]
-        for row in known:
-            row["linear_hours"] = first["hours_mean"] * first["workers"] / row["workers"]
+        for row in rows:
+            if row["workers"] >= first["workers"]:
+                row["linear_hours"] = first["hours_mean"] * first["workers"] / row["workers"]
     return rows + [{"series": PAPER_LABEL, "workers": w, "hours_mean": h}
                    for w, h in PAPER_HOURS.items()]
 
@@ -139,8 +141,10 @@ def draw_figure8(table: list[dict]) -> Figure:
         axes.errorbar(xs, ys, yerr=[[y - r["hours_low"] for y, r in zip(ys, ours)],
                                     [r["hours_high"] - y for y, r in zip(ys, ours)]],
                       fmt="o-", capsize=3, label=f"predicted: score {ours[0]['score']:g}")
-        axes.plot(xs, [r["linear_hours"] for r in ours], ":", color="C0",
-                  label="linear speed-up")
+    linear = [row for row in table if "linear_hours" in row]
+    if linear:
+        axes.plot([r["workers"] for r in linear], [r["linear_hours"] for r in linear], ":",
+                  color="C0", label="linear speed-up")
     bounds = [row for row in table if "hours_at_least" in row]
     if bounds:
         axes.plot([r["workers"] for r in bounds], [r["hours_at_least"] for r in bounds], "^",

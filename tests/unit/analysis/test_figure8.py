@@ -75,8 +75,10 @@ def test_prediction_rows_by_hand(tmp_path):
     # linear speed-up from W = 1: T(1) / 64
     assert sixty_four["linear_hours"] == pytest.approx(one["hours_mean"] / 64)
     assert ours[16]["not_reached_within"] == 20 * 512 and "hours_mean" not in ours[16]
-    # not reached: the budget's 10,240 data points on 16 nodes at 100 x 0.9 each, a bound
+    # not reached: the budget's 10,240 data points on 16 nodes at 100 x 0.9 each, a bound,
+    # drawn against linear speed-up from W = 1 at that W too
     assert ours[16]["hours_at_least"] == pytest.approx(10240 / (16 * 100 * 0.9) / 3600)
+    assert ours[16]["linear_hours"] == pytest.approx(one["hours_mean"] / 16)
     paper = [(r["workers"], r["hours_mean"]) for r in rows if r["series"] != "predicted"]
     assert paper == [(1, 14.2), (64, pytest.approx(0.35))]
 
