@@ -90,6 +90,7 @@ class Chief:
         self._window: tuple[float, float, float, dict] = (time.monotonic(), 0.0, 0.0, {})
         self.stop_reason: str | None = None
         self.signal: str | None = None  # the name of the signal that stopped the run
+        self._said_dead = False  # the line about a dead layer was said (once a run)
         self._progress_shown = -INF  # when the last line about the last evaluation was
         # when the evaluation the run waits for began to be waited for, and its frames so far
         self._waiting_since: float | None = None
@@ -190,10 +191,12 @@ class Chief:
 
     def _check_alive(self, step: int, active: dict[str, int]) -> None:
         """A layer with no active unit on the probe frames makes the network's output a
-        constant: say so, and with ``eval.stop_if_dead`` end the run."""
+        constant: say so (at the first evaluation that finds one; eval.jsonl records every
+        one), and with ``eval.stop_if_dead`` end the run."""
         dead = [layer for layer, n in active.items() if n == 0]
-        if not dead:
+        if not dead or self._said_dead:
             return
+        self._said_dead = True
         stopping = self.cfg.eval.stop_if_dead
         self._say(f"step {step}: the network is dead: layer {dead[0]} has no active unit on "
                   f"{self.cfg.eval.probe_frames} frames of random play (eval.probe_frames), so "

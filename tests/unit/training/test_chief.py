@@ -204,7 +204,8 @@ def test_each_evaluation_counts_active_units_and_a_dead_layer_ends_the_run(
         tmp_path, capsys, stop_if_dead):
     chief, evaluator, spec = chief_and_evaluator(
         tmp_path, "eval.episodes=1", "eval.probe_frames=50", f"eval.stop_if_dead={stop_if_dead}")
-    for step, alive in ((5, {"fc0": 9, "fc1": 3}), (10, {"fc0": 0, "fc1": 3})):
+    for step, alive in ((5, {"fc0": 9, "fc1": 3}), (10, {"fc0": 0, "fc1": 3}),
+                        (15, {"fc0": 0, "fc1": 0})):
         evaluator.submit(step, hand_set(spec, alive))
         while evaluator.in_progress() is not None or evaluator.finished < step:
             for evaluation in evaluator.results():
@@ -214,16 +215,17 @@ def test_each_evaluation_counts_active_units_and_a_dead_layer_ends_the_run(
     evaluator.stop()
     chief.close()
     assert [(r["step"], r["active_units"]) for r in read_jsonl(tmp_path / "eval.jsonl")] == [
-        (5, {"fc0": 9, "fc1": 3}), (10, {"fc0": 0, "fc1": 3})]
+        (5, {"fc0": 9, "fc1": 3}), (10, {"fc0": 0, "fc1": 3}), (15, {"fc0": 0, "fc1": 0})]
     said = ("step 10: the network is dead: layer fc0 has no active unit on 50 frames of random "
             "play (eval.probe_frames), so its output no longer depends on the observation and no "
             "gradient reaches the layers below it; ")
     said += ("the run stops (eval.stop_if_dead=false trains on)" if stop_if_dead
              else "training goes on (eval.stop_if_dead=false)")
     lines = capsys.readouterr().err.splitlines()
-    assert lines[0] == said
-    # a run that stops says the evaluation it ends with
-    assert len(lines) == 1 + stop_if_dead
-    assert lines[1:] == [] or lines[1].startswith("evaluation of step 10: mean score ")
+    assert lines[0] == said  # once: step 15's dead layers are only recorded
+    # a stopping run says each evaluation it ends with
+    assert len(lines) == 1 + 2 * stop_if_dead
+    assert [line.split(":")[0] for line in lines[1:]] == (
+        ["evaluation of step 10", "evaluation of step 15"] if stop_if_dead else [])
     assert chief.stop_reason == ("eval.stop_if_dead: layer fc0 dead at step 10" if stop_if_dead
                                  else None)
