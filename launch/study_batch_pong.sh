@@ -12,15 +12,25 @@
 # average 18), and ends at greedy 18, or at the evaluation that finds a layer of its network
 # dead (eval.stop_if_dead: no unit active on 800 frames of random play). A run killed
 # (Ctrl-C, SIGTERM) resumes from its last checkpoint when this script runs again; a finished
-# run (its summary.json says the target, a dead layer, or max_steps at its budget) is skipped. On a quiet 2-core machine a one-worker run reaches
-# 18 in about 45 minutes; a run at 2048 that does not reach it trains its whole budget, about
-# 65-90 minutes. `nice` leaves the machine to other work first.
+# run (its summary.json says the target, a dead layer, or max_steps at its budget) is
+# skipped. On a quiet 2-core machine a one-worker run reaches 18 in about 45 minutes; a run
+# at 2048 that does not reach it trains its whole budget, about 65-90 minutes. `nice` leaves
+# the machine to other work first.
+#
+# SLOTS=N SLOT=i runs only every N-th run from the i-th (0 .. N-1), so that N copies share
+# the queue, each run in one of them: two on 2 cores trained 1,594 data points/s together
+# against 1,234 for one alone (one-worker runs, 2026-11-29); on more cores, more. The
+# figures at the end need every run and the node's rate a quiet machine: a slot stops
+# before them, and this script run again without SLOTS (every run then done) draws them.
+#
+# Needs launch/scale_charged.sh's results (bench/charged) for the predicted Figure 8.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"   # `dba3c` from `make run` / `make test`
 OUT=${OUT:-runs/study_batch_pong}
 BUDGET=${BUDGET:-5000000}
 EVAL_DP=192000
+SLOTS=${SLOTS:-1} SLOT=${SLOT:-0} queued=0
 
 finished() {  # the run in $1 ended at the target, dead, or at a budget of $2 steps or more
     python - "$1/summary.json" "$2" <<'EOF'
@@ -37,6 +47,8 @@ EOF
 }
 
 run() {  # run NAME W SEED [KEY=VALUE ...]: W = 0 is the preset's one worker (mini-batch 64)
+    queued=$((queued + 1))
+    if [ $(( (queued - 1) % SLOTS )) -ne "$SLOT" ]; then return; fi  # another slot's
     local name=$1 w=$2 seed=$3; shift 3
     local dir=$OUT/$name/$name-s$seed batch=64 emulate=()  # a setting's seeds share a parent: one curve
     if [ "$w" -gt 0 ]; then batch=$((32 * w)); emulate=(dist.emulate_workers="$w" train.batch_size=32); fi
@@ -79,6 +91,10 @@ run w1-bf16 0 1 model.precision=bfloat16
 # (9,766 updates; train.max_steps may change on a resume), about 4 hours here
 BUDGET=20000000 run w64-paper-adam 64 0 train.lr=0.001 adam.beta1=0.8 adam.beta2=0.75 \
     adam.epsilon=1e-8
+if [ "$SLOTS" -gt 1 ]; then  # the other slots may still train: no figures, no timing yet
+    echo "slot $SLOT of $SLOTS done; when every slot is, run this again without SLOTS: figures"
+    exit 0
+fi
 dba3c plot "$OUT"/w1/* "$OUT"/w16/* "$OUT"/w64/* \
     --out docs/figures/study_batch_pong
 dba3c plot "$OUT"/w1/* "$OUT"/w1-bf16/* --out docs/figures/pong_small_bfloat16
@@ -87,16 +103,13 @@ dba3c plot "$OUT"/w64/* "$OUT"/w64-eps1e-8/* "$OUT"/w64-eps1e-8-lr-sqrt/* "$OUT"
     --out docs/figures/study_batch_pong_2048   # Adam at 2048: epsilon and the learning rate
 dba3c plot "$OUT"/w1/* "$OUT"/w1-eps1e-8/* --out docs/figures/study_batch_pong_eps_w1
 # the paper's Figure 8 predicted (docs/results.md): T(W) = D(32 W) / (W R E(W)), R one node's
-# data points/s (the median of the one-worker float32 runs' own rate on this machine), E(W)
-# the emulated cluster's charged efficiency (launch/scale_charged.sh: W = 16, 64, 128 at FC
-# 128 over 10 Gb/s), at greedy 18 and at 10 (what the one-worker seed 0 reached by 5 M)
-rate=$(python - "$OUT"/w1/*/metrics.jsonl <<'EOF'
-import json, statistics, sys
-rates = [record["perf/data_points_per_s"] for path in sys.argv[1:] for line in open(path)
-         if line.strip() and (record := json.loads(line)).get("perf/data_points_per_s")]
-print(round(statistics.median(rates)))
-EOF
-)
+# data points/s (`dba3c bench node`: one process of the preset, end to end, on this machine),
+# E(W) the emulated cluster's charged efficiency (launch/scale_charged.sh: W = 16, 64, 128 at
+# FC 128 over 10 Gb/s), at greedy 18 and at 10 (what the one-worker seed 0 reached by 5 M)
+node=bench/node_pong_small.json
+[ -f "$node" ] || dba3c bench node --config configs/pong_small.yaml --quick --out "$node"
+rate=$(python -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["single"]
+["data_points_per_s"]))' "$node")
 tmp=$(mktemp -d)
 for score in 18 10; do  # the figure and its table only (plot also redraws the curves)
     dba3c plot "$OUT"/w1/* "$OUT"/w16/* "$OUT"/w64/* bench/charged/w*-fc128-10-*.json \

@@ -28,7 +28,8 @@ def test_load_runs_reads_each_directory_once_and_names_clashes_by_parent(tmp_pat
 def test_learning_config_leaves_out_where_a_run_is_written_its_seed_and_its_end():
     config = {"run": {"dir": "a", "seed": 3, "log_every": 5},
               "train": {"lr": 1e-3, "max_seconds": 60, "max_steps": 100},
-              "eval": {"stop_at_target": True, "target_score": 20}}
+              "eval": {"stop_at_target": True, "target_score": 20, "probe_frames": 800,
+                       "stop_if_dead": True}}
     assert R.learning_config(config) == {"train.lr": 1e-3, "train.max_steps": 100,
                                          "eval.target_score": 20}
 
@@ -36,7 +37,8 @@ def test_learning_config_leaves_out_where_a_run_is_written_its_seed_and_its_end(
 def test_seed_groups_join_runs_that_differ_only_by_seed(tmp_path):
     a = write_run(tmp_path / "a", seed=0)
     b = write_run(tmp_path / "b", seed=1, train={"max_seconds": 99},
-                  eval={"stop_at_target": True}, run={"log_every": 3})
+                  eval={"stop_at_target": True, "probe_frames": 0, "stop_if_dead": False},
+                  run={"log_every": 3})
     c = write_run(tmp_path / "c", seed=2, train={"lr": 2e-3})
     d = write_run(tmp_path / "d", game="boxing")
     e = write_run(tmp_path / "e", config=False)
