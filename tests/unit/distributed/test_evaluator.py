@@ -68,8 +68,8 @@ def end_config(episodes: int, at_end: bool = True) -> Config:
     """CartPole's MLP (two hidden layers of 8) with a parameter server and an evaluator
     rank, one game at a time."""
     return cfg_with(env={"id": "CartPole-v1"}, model={"kind": "mlp", "hidden": 8},
-                   dist={"ps": 1}, eval={"rank": True, "every": 2, "episodes": episodes,
-                                         "num_envs": 1, "at_end": at_end})
+                    dist={"ps": 1}, eval={"rank": True, "every": 2, "episodes": episodes,
+                                          "num_envs": 1, "at_end": at_end})
 
 
 def run_end(chief: Recorder, snapshots: list[int], episodes: int, at_end: bool = True) -> None:
