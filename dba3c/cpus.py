@@ -9,6 +9,10 @@ the latter unless the config sets it:
 - TensorFlow's intra-op and inter-op pools (``train.intra_op_threads``,
   ``train.inter_op_threads``): one thread per bound CPU each.
 
+The simulator threads run ``env.nice`` levels below the rest of the rank
+(:func:`niced_threads`): where they share cores with the trainer, the trainer's step (the
+critical path of a synchronous update) goes first, and the simulators take what it leaves.
+
 A rank that may use fewer CPUs than its share of the node (the node's CPUs over the ranks on
 it) says so once, naming the fix: its threads would share a few cores while the others idle.
 
@@ -23,7 +27,8 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +60,7 @@ class Threads:
     simulators: int
     intra_op: int
     inter_op: int
+    simulator_nice: int = 0
 
 
 def simulator_threads(num_threads: int, num_envs: int, num_cpus: int) -> int:
@@ -71,7 +77,35 @@ def tensorflow_threads(train: TrainConfig, num_cpus: int) -> tuple[int, int]:
 def threads_for(env: EnvConfig, train: TrainConfig, num_cpus: int) -> Threads:
     """Every pool of a rank bound to ``num_cpus`` CPUs."""
     return Threads(simulator_threads(env.num_threads, env.num_envs, num_cpus),
-                   *tensorflow_threads(train, num_cpus))
+                   *tensorflow_threads(train, num_cpus), simulator_nice=env.nice)
+
+
+def _thread_ids() -> set[int] | None:
+    """This process's threads (Linux: its tasks in ``/proc/self/task``); None elsewhere."""
+    try:
+        return {int(name) for name in os.listdir("/proc/self/task")}
+    except OSError:
+        return None
+
+
+@contextmanager
+def niced_threads(increment: int) -> Iterator[None]:
+    """Threads that the block starts (a C++ simulator pool) run ``increment`` nice levels
+    below the calling thread, at most at 19: under contention Linux gives them that much
+    less of a core (nice 10: about a tenth of a nice-0 thread's share), and idle cores all
+    the same. Raising one's own threads' niceness needs no privilege. A thread that another
+    thread starts meanwhile is lowered too: use it where nothing else starts threads. Where
+    threads cannot be listed (not Linux) or with ``increment`` 0, nothing changes."""
+    before = _thread_ids() if increment else None
+    yield
+    if before is None:
+        return
+    level = min(19, os.getpriority(os.PRIO_PROCESS, 0) + increment)
+    for tid in sorted((_thread_ids() or set()) - before):
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, level)
+        except ProcessLookupError:  # a thread that already ended
+            continue
 
 
 def binding_warning(num_bound: int, node_cpus: int, ranks_on_node: int) -> str | None:
@@ -201,8 +235,9 @@ def rank_line(host: str, rank: int, role: str, cpus: Sequence[int], node_cpus: i
     that runs no simulators and no TensorFlow) and, for a rank that trains, in which
     precision."""
     pools = ("no simulators, no TensorFlow" if threads is None else
-             f"threads: {threads.simulators} simulator, {threads.intra_op} intra-op, "
-             f"{threads.inter_op} inter-op")
+             f"threads: {threads.simulators} simulator"
+             f"{f' (nice +{threads.simulator_nice})' if threads.simulator_nice else ''}, "
+             f"{threads.intra_op} intra-op, {threads.inter_op} inter-op")
     computes = "" if precision is None else f"; computes in {precision.describe()}"
     return (f"rank {rank} ({role}) on {host}: {len(cpus)} of {node_cpus} CPUs bound "
             f"({cpu_ranges(cpus)}); {pools}{computes}")

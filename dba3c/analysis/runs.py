@@ -26,7 +26,7 @@ from dba3c.training.rundir import METRICS, RunDir
 # config keys (a whole section, or section.key) that do not change what a run learns (and
 # may be missing from the config of a run written before they existed)
 NOT_LEARNING = ("run", "train.max_seconds", "eval.stop_at_target", "eval.probe_frames",
-                "eval.stop_if_dead")
+                "eval.stop_if_dead", "env.nice")
 
 
 @dataclass(frozen=True)

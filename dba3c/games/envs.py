@@ -18,7 +18,7 @@ import numpy as np
 
 from dba3c.config import Config, EnvConfig, ModelConfig, is_atari
 from dba3c.core import Step
-from dba3c.cpus import bound_cpus, simulator_threads
+from dba3c.cpus import bound_cpus, niced_threads, simulator_threads
 
 
 class EnvPool:
@@ -27,7 +27,7 @@ class EnvPool:
     def __init__(self, env_id: str, num_envs: int, *, batch_size: int = 0, num_threads: int = 0,
                  frame_skip: int = 4, sticky_actions: float = 0.0, episodic_life: bool = False,
                  noop_max: int = 30, max_episode_frames: int = 108000, rgb: bool = False,
-                 frame_size: int = 84, full_action_space: bool = False):
+                 frame_size: int = 84, full_action_space: bool = False, nice: int = 0):
         self.atari = is_atari(env_id)
         self.num_envs = num_envs
         # ale-py's AtariVectorEnv (send/recv) or a gymnasium vector env (step): two APIs
@@ -36,15 +36,17 @@ class EnvPool:
             from ale_py.vector_env import AtariVectorEnv
 
             self.batch_size = batch_size or max(1, num_envs // 2)
-            self._env = AtariVectorEnv(
-                env_id, num_envs, batch_size=self.batch_size,
-                num_threads=simulator_threads(num_threads, num_envs, len(bound_cpus())),
-                frameskip=frame_skip, repeat_action_probability=sticky_actions,
-                # ale-py's own episodic_life restarts the game at every lost life;
-                # life_loss_info only makes a lost life terminal, and the game goes on
-                life_loss_info=episodic_life, noop_max=noop_max, reward_clipping=False,
-                max_num_frames_per_episode=max_episode_frames, grayscale=not rgb,
-                img_height=frame_size, img_width=frame_size, full_action_space=full_action_space)
+            with niced_threads(nice):  # the emulator threads AtariVectorEnv starts
+                self._env = AtariVectorEnv(
+                    env_id, num_envs, batch_size=self.batch_size,
+                    num_threads=simulator_threads(num_threads, num_envs, len(bound_cpus())),
+                    frameskip=frame_skip, repeat_action_probability=sticky_actions,
+                    # ale-py's own episodic_life restarts the game at every lost life;
+                    # life_loss_info only makes a lost life terminal, and the game goes on
+                    life_loss_info=episodic_life, noop_max=noop_max, reward_clipping=False,
+                    max_num_frames_per_episode=max_episode_frames, grayscale=not rgb,
+                    img_height=frame_size, img_width=frame_size,
+                    full_action_space=full_action_space)
         else:
             import gymnasium as gym
 
@@ -99,7 +101,7 @@ def make_env_pool(env_cfg: EnvConfig, model_cfg: ModelConfig, *, num_envs: int |
         noop_max=env_cfg.noop_max if noop_max is None else noop_max,
         max_episode_frames=max_episode_frames or env_cfg.max_episode_frames,
         rgb=model_cfg.obs == "rgb", frame_size=model_cfg.frame_size,
-        full_action_space=env_cfg.full_action_space)
+        full_action_space=env_cfg.full_action_space, nice=env_cfg.nice)
 
 
 class ScoreTracker:

@@ -263,7 +263,7 @@ OPERATIONAL_KEYS = frozenset({
     "eval.every", "eval.at_end", "eval.stop_below_target", "eval.num_envs",
     "eval.probe_frames", "eval.stop_if_dead",
     # threads, polling, timeouts and the scheduling of the same synchronous update
-    "env.num_threads", "train.intra_op_threads", "train.inter_op_threads",
+    "env.num_threads", "env.nice", "train.intra_op_threads", "train.inter_op_threads",
     "dist.stall_timeout", "dist.poll_max_ms", "dist.collective_poll_us",
     "dist.collective_algorithm", "dist.collective_overlap", "dist.replicate_first_bucket",
     "dist.overlap_probe_steps", "dist.overlap_probe_every", "dist.overlap_cost",

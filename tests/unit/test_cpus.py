@@ -1,9 +1,11 @@
-"""dba3c.cpus: CPU lists, the pools sized from the bound CPUs, the binding warning, the
-precision ``model.precision: auto`` picks from a CPU's flags (faked here: Sapphire Rapids and
-Zen 4 have native bfloat16, Zen 3 has not), the CPU's description and a rank's first line,
-with expected values written out here."""
+"""dba3c.cpus: CPU lists, the pools sized from the bound CPUs, the simulator threads' priority
+(read back from /proc), the binding warning, the precision ``model.precision: auto`` picks
+from a CPU's flags (faked here: Sapphire Rapids and Zen 4 have native bfloat16, Zen 3 has
+not), the CPU's description and a rank's first line, with expected values written out here."""
 
 import os
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +18,7 @@ from dba3c.cpus import (
     cpu_flags,
     cpu_ranges,
     first_cpu,
+    niced_threads,
     precision_for,
     rank_line,
     simulator_threads,
@@ -37,8 +40,10 @@ def test_bound_cpus_are_this_process_affinity():
 
 def test_pools_follow_the_bound_cpus_unless_the_config_sets_them():
     env, train = EnvConfig(num_envs=10), TrainConfig()
-    assert threads_for(env, train, 12) == Threads(10, 12, 12)  # one simulator thread per env
-    assert threads_for(env, train, 1) == Threads(1, 1, 1)  # a rank bound to one CPU
+    # one simulator thread per env, 10 nice levels down (env.nice's default)
+    assert threads_for(env, train, 12) == Threads(10, 12, 12, simulator_nice=10)
+    assert threads_for(env, train, 1) == Threads(1, 1, 1, 10)  # a rank bound to one CPU
+    assert threads_for(EnvConfig(nice=0), train, 2).simulator_nice == 0
     assert simulator_threads(0, 4, 12) == 4  # env.num_threads 0, 4 envs, 12 CPUs
     assert simulator_threads(3, 16, 12) == 3
     assert tensorflow_threads(TrainConfig(intra_op_threads=2), 12) == (2, 12)
@@ -66,6 +71,47 @@ def test_the_first_line_names_host_rank_role_cpus_and_pools():
     assert line == ("rank 3 (worker) on node07: 4 of 12 CPUs bound (0-3); threads: 4 "
                     "simulator, 4 intra-op, 4 inter-op")
     assert rank_line("n1", 1, "ps", (0,), 2, None).endswith("no simulators, no TensorFlow")
+    niced = rank_line("node07", 3, "worker", (0, 1), 12, Threads(2, 2, 2, simulator_nice=10))
+    assert niced.endswith("threads: 2 simulator (nice +10), 2 intra-op, 2 inter-op")
+
+
+def nice_of(tid: int) -> int:
+    """A thread's nice value, field 19 of /proc/self/task/TID/stat (the fields after the
+    command's closing parenthesis start at field 3)."""
+    stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[19 - 3])
+
+
+def started_thread(stop: threading.Event) -> int:
+    """A thread that runs until ``stop`` is set; its thread id, once it runs."""
+    ready = threading.Event()
+
+    def run() -> None:
+        ready.set()
+        stop.wait()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    ready.wait()
+    assert thread.native_id is not None
+    return thread.native_id
+
+
+@pytest.mark.parametrize("increment", [0, 3, 40])
+def test_threads_started_in_the_block_run_that_many_nice_levels_down(increment):
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    stop = threading.Event()
+    before = started_thread(stop)
+    with niced_threads(increment):
+        inside = started_thread(stop)
+    after = started_thread(stop)
+    try:
+        assert nice_of(inside) == min(19, base + increment)  # 40: capped at 19
+        for thread in (before, after):
+            assert nice_of(thread) == base
+        assert nice_of(threading.get_native_id()) == base  # the caller keeps its level
+    finally:
+        stop.set()
 
 
 SAPPHIRE_RAPIDS = "fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8".split()
@@ -123,3 +169,22 @@ def test_the_first_line_of_a_training_rank_says_its_precision_and_why():
     asked = rank_line("n1", 0, "worker", (0,), 1, threads, precision_for("bfloat16", ZEN_3))
     assert asked.endswith("; computes in bfloat16 (model.precision; the CPU has no native "
                           "bfloat16)")
+
+
+def test_an_atari_pool_s_emulator_threads_run_its_nice_levels_down():
+    """Real ale-py Pong with 2 emulator threads at nice +4: two more of this process's
+    threads run 4 levels below it, and the caller stays where it was."""
+    from dba3c.games.envs import EnvPool
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+
+    def niced() -> int:
+        return sum(nice_of(int(tid)) == min(19, base + 4) for tid in os.listdir("/proc/self/task"))
+
+    already = niced()
+    pool = EnvPool("pong", 2, batch_size=1, num_threads=2, nice=4)
+    try:
+        assert niced() - already == 2
+        assert nice_of(threading.get_native_id()) == base
+    finally:
+        pool.close()

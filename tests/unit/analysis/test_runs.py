@@ -27,11 +27,12 @@ def test_load_runs_reads_each_directory_once_and_names_clashes_by_parent(tmp_pat
 
 def test_learning_config_leaves_out_where_a_run_is_written_its_seed_and_its_end():
     config = {"run": {"dir": "a", "seed": 3, "log_every": 5},
+              "env": {"id": "pong", "nice": 10},
               "train": {"lr": 1e-3, "max_seconds": 60, "max_steps": 100},
               "eval": {"stop_at_target": True, "target_score": 20, "probe_frames": 800,
                        "stop_if_dead": True}}
-    assert R.learning_config(config) == {"train.lr": 1e-3, "train.max_steps": 100,
-                                         "eval.target_score": 20}
+    assert R.learning_config(config) == {"env.id": "pong", "train.lr": 1e-3,
+                                         "train.max_steps": 100, "eval.target_score": 20}
 
 
 def test_seed_groups_join_runs_that_differ_only_by_seed(tmp_path):
