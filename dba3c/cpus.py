@@ -9,9 +9,10 @@ the latter unless the config sets it:
 - TensorFlow's intra-op and inter-op pools (``train.intra_op_threads``,
   ``train.inter_op_threads``): one thread per bound CPU each.
 
-The simulator threads run ``env.nice`` levels below the rest of the rank
-(:func:`niced_threads`): where they share cores with the trainer, the trainer's step (the
-critical path of a synchronous update) goes first, and the simulators take what it leaves.
+The simulator threads can run ``env.nice`` levels below the rest of the rank
+(:func:`niced_threads`; 0 by default): where they share cores with the trainer, the
+trainer's step (the critical path of a synchronous update) goes first, and the simulators
+take what it leaves.
 
 A rank that may use fewer CPUs than its share of the node (the node's CPUs over the ranks on
 it) says so once, naming the fix: its threads would share a few cores while the others idle.

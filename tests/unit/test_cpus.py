@@ -40,10 +40,9 @@ def test_bound_cpus_are_this_process_affinity():
 
 def test_pools_follow_the_bound_cpus_unless_the_config_sets_them():
     env, train = EnvConfig(num_envs=10), TrainConfig()
-    # one simulator thread per env, 10 nice levels down (env.nice's default)
-    assert threads_for(env, train, 12) == Threads(10, 12, 12, simulator_nice=10)
-    assert threads_for(env, train, 1) == Threads(1, 1, 1, 10)  # a rank bound to one CPU
-    assert threads_for(EnvConfig(nice=0), train, 2).simulator_nice == 0
+    assert threads_for(env, train, 12) == Threads(10, 12, 12)  # one simulator thread per env
+    assert threads_for(env, train, 1) == Threads(1, 1, 1)  # a rank bound to one CPU
+    assert threads_for(EnvConfig(nice=10), train, 2) == Threads(2, 2, 2, simulator_nice=10)
     assert simulator_threads(0, 4, 12) == 4  # env.num_threads 0, 4 envs, 12 CPUs
     assert simulator_threads(3, 16, 12) == 3
     assert tensorflow_threads(TrainConfig(intra_op_threads=2), 12) == (2, 12)
