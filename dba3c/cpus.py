@@ -235,10 +235,12 @@ def rank_line(host: str, rank: int, role: str, cpus: Sequence[int], node_cpus: i
     """A rank's first log line: where it runs, on which CPUs, with which pools (None: a rank
     that runs no simulators and no TensorFlow) and, for a rank that trains, in which
     precision."""
-    pools = ("no simulators, no TensorFlow" if threads is None else
-             f"threads: {threads.simulators} simulator"
-             f"{f' (nice +{threads.simulator_nice})' if threads.simulator_nice else ''}, "
-             f"{threads.intra_op} intra-op, {threads.inter_op} inter-op")
+    if threads is None:
+        pools = "no simulators, no TensorFlow"
+    else:
+        nice = f" (nice +{threads.simulator_nice})" if threads.simulator_nice else ""
+        pools = (f"threads: {threads.simulators} simulator{nice}, {threads.intra_op} "
+                 f"intra-op, {threads.inter_op} inter-op")
     computes = "" if precision is None else f"; computes in {precision.describe()}"
     return (f"rank {rank} ({role}) on {host}: {len(cpus)} of {node_cpus} CPUs bound "
             f"({cpu_ranges(cpus)}); {pools}{computes}")
