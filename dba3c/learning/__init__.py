@@ -7,6 +7,7 @@
   params.py   the flat parameter vector: layout, shards (ShardPlan), per-layer buckets
   learner.py  Learner: TensorFlow predict, gradient, staged gradient, parameter loading
   rules.py    OptimizerState; adam_update and rmsprop_update on a flat shard
+  fpenv.py    subnormals_flushed: the update rules' NumPy arithmetic flushes as TensorFlow's
   optim.py    Optimizer: the configured rule and learning-rate schedule; apply_update
   tflog.py    TensorFlow's start-up chatter kept off the terminal
 """

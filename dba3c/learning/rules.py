@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dba3c.learning.fpenv import subnormals_flushed
+
 
 @dataclass
 class OptimizerState:
@@ -44,7 +46,8 @@ def adam_update(theta_shard: np.ndarray, g_shard: np.ndarray, state: OptimizerSt
         theta_t = theta_{t-1} - alpha_t * m_t / (sqrt(v_t) + epsilon)
 
     Every operation writes into ``scratch`` or the state, in the order written above, so
-    the result is bit-identical to evaluating the formulas with temporaries.
+    the result is bit-identical to evaluating the formulas with temporaries. Subnormal
+    numbers are flushed to zero, as in TensorFlow's kernels (:mod:`dba3c.learning.fpenv`).
 
     Args:
       theta_shard: float32 [n], updated in place.
@@ -56,18 +59,19 @@ def adam_update(theta_shard: np.ndarray, g_shard: np.ndarray, state: OptimizerSt
     alpha_t = np.float32(lr * np.sqrt(1.0 - beta2 ** t) / (1.0 - beta1 ** t))
     m, v = state.m_shard, state.v_shard
     a, b = np.empty((2, m.size), np.float32) if scratch is None else scratch
-    np.subtract(g_shard, m, out=a)
-    a *= np.float32(1.0 - beta1)
-    m += a
-    np.square(g_shard, out=a)
-    a -= v
-    a *= np.float32(1.0 - beta2)
-    v += a
-    np.sqrt(v, out=b)
-    b += np.float32(epsilon)
-    np.multiply(alpha_t, m, out=a)
-    a /= b
-    theta_shard -= a
+    with subnormals_flushed():
+        np.subtract(g_shard, m, out=a)
+        a *= np.float32(1.0 - beta1)
+        m += a
+        np.square(g_shard, out=a)
+        a -= v
+        a *= np.float32(1.0 - beta2)
+        v += a
+        np.sqrt(v, out=b)
+        b += np.float32(epsilon)
+        np.multiply(alpha_t, m, out=a)
+        a /= b
+        theta_shard -= a
     state.count = t
 
 
@@ -86,7 +90,8 @@ def rmsprop_update(theta_shard: np.ndarray, g_shard: np.ndarray, state: Optimize
     differs a lot while g_t is small). TF1 started the mean square at 1; here it starts at 0,
     like Keras and PyTorch. No momentum.
     Every operation writes into ``scratch`` or the state in the order written above, so the
-    result is bit-identical to evaluating the formulas with float32 temporaries.
+    result is bit-identical to evaluating the formulas with float32 temporaries. Subnormal
+    numbers are flushed to zero, as in TensorFlow's kernels (:mod:`dba3c.learning.fpenv`).
 
     Args:
       theta_shard: float32 [n], updated in place.
@@ -97,13 +102,14 @@ def rmsprop_update(theta_shard: np.ndarray, g_shard: np.ndarray, state: Optimize
     """
     v = state.v_shard
     a, b = np.empty((2, v.size), np.float32) if scratch is None else scratch
-    v *= np.float32(alpha)
-    np.square(g_shard, out=a)
-    a *= np.float32(1.0 - alpha)
-    v += a
-    np.add(v, np.float32(epsilon), out=b)
-    np.sqrt(b, out=b)
-    np.multiply(np.float32(lr), g_shard, out=a)
-    a /= b
-    theta_shard -= a
+    with subnormals_flushed():
+        v *= np.float32(alpha)
+        np.square(g_shard, out=a)
+        a *= np.float32(1.0 - alpha)
+        v += a
+        np.add(v, np.float32(epsilon), out=b)
+        np.sqrt(b, out=b)
+        np.multiply(np.float32(lr), g_shard, out=a)
+        a /= b
+        theta_shard -= a
     state.count += 1

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from dba3c.learning.params import shard_bounds
-from dba3c.learning.rules import OptimizerState, adam_update
+from dba3c.learning.rules import OptimizerState, adam_update, rmsprop_update
 from tests.support.adam import PAPER, AdamHyper, _grads
 
 KERAS_DEFAULTS = AdamHyper(lr=1e-3, beta1=0.9, beta2=0.999, epsilon=1e-7)
@@ -82,3 +82,56 @@ def test_sharded_adam_equals_whole_vector_adam(num_shards):
     assert np.array_equal(np.concatenate([s.m_shard for s in states]), whole_state.m_shard)
     assert np.array_equal(np.concatenate([s.v_shard for s in states]), whole_state.v_shard)
     assert all(s.count == steps for s in states)
+
+
+def _decaying_state(n: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """theta, a gradient that is zero in most elements after the first step (dead units: their
+    moments shrink into the subnormal range), and the steps' gradients."""
+    rng = np.random.default_rng(5)
+    g0 = (rng.standard_normal(n) * 1e-4).astype(np.float32)
+    alive = np.where(np.arange(n) % 4 == 0, g0, np.float32(0.0))
+    return rng.standard_normal(n).astype(np.float32), g0, [g0] + [alive] * 400
+
+
+def test_adam_moments_flush_to_zero_as_tensorflow_computes():
+    # TensorFlow's kernels run with subnormals flushed (FTZ/DAZ): the same formulas, evaluated
+    # op by op by TensorFlow, are the reference; IEEE NumPy would keep subnormal moments
+    n = 64
+    lr, b1, b2, eps = (PAPER[k] for k in ("lr", "beta1", "beta2", "epsilon"))
+    theta0, _, grads = _decaying_state(n)
+    theta, state = theta0.copy(), OptimizerState.zeros(n)
+    ref_theta, ref_m, ref_v = (tf.constant(x) for x in (theta0, np.zeros(n, np.float32),
+                                                        np.zeros(n, np.float32)))
+    ieee_m = np.zeros(n, np.float32)
+    for t, g in enumerate(grads, start=1):
+        alpha_t = np.float32(lr * np.sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t))
+        ref_m = ref_m + (g - ref_m) * np.float32(1.0 - b1)
+        ref_v = ref_v + (tf.square(g) - ref_v) * np.float32(1.0 - b2)
+        ref_theta = ref_theta - alpha_t * ref_m / (tf.sqrt(ref_v) + np.float32(eps))
+        ieee_m = ieee_m + (g - ieee_m) * np.float32(1.0 - b1)
+        adam_update(theta, g, state, **PAPER)
+    tiny = np.finfo(np.float32).tiny
+    assert np.any((ieee_m != 0) & (np.abs(ieee_m) < tiny)), "the case reaches subnormals"
+    assert np.array_equal(state.m_shard, ref_m.numpy())
+    assert np.array_equal(state.v_shard, ref_v.numpy())
+    np.testing.assert_array_equal(theta, ref_theta.numpy())
+    for moment in (state.m_shard, state.v_shard):
+        assert not np.any((moment != 0) & (np.abs(moment) < tiny))
+
+
+def test_rmsprop_mean_square_flushes_to_zero_as_tensorflow_computes():
+    n, lr, alpha, eps = 64, 1e-3, 0.99, 0.1
+    theta0, _, grads = _decaying_state(n)
+    grads = [g * np.float32(1e-15) for g in grads]  # mean squares near 1e-38 within 400 steps
+    theta, state = theta0.copy(), OptimizerState.zeros(n)
+    ref_theta, ref_v = tf.constant(theta0), tf.zeros(n)
+    ieee_v = np.zeros(n, np.float32)
+    for g in grads:
+        ref_v = ref_v * np.float32(alpha) + tf.square(g) * np.float32(1.0 - alpha)
+        ref_theta = ref_theta - np.float32(lr) * g / tf.sqrt(ref_v + np.float32(eps))
+        ieee_v = ieee_v * np.float32(alpha) + np.square(g) * np.float32(1.0 - alpha)
+        rmsprop_update(theta, g, state, lr=lr, alpha=alpha, epsilon=eps)
+    tiny = np.finfo(np.float32).tiny
+    assert np.any((ieee_v != 0) & (ieee_v < tiny)), "the case reaches subnormals"
+    assert np.array_equal(state.v_shard, ref_v.numpy())
+    np.testing.assert_array_equal(theta, ref_theta.numpy())
