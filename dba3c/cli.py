@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from dba3c.benchmarks.commands import add_bench_parser, run_bench
 from dba3c.errors import OneLineParser, UserError, exit_code
@@ -32,6 +33,15 @@ def positive_float(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not above 0")
     return value
+
+
+def rate_or_file(text: str) -> float | Path:
+    """An option's rate above 0, or a path where the text is no number (read later)."""
+    try:
+        float(text)
+    except ValueError:
+        return Path(text)
+    return positive_float(text)
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -128,8 +138,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--score", type=finite_float, help="also the paper's Figure 8, predicted: "
                    "time to this evaluation score against workers (needs --node-rate)")
-    p.add_argument("--node-rate", type=positive_float, metavar="DATA_POINTS_PER_S",
-                   help="one node's data points/s, for --score (dba3c bench node)")
+    p.add_argument("--node-rate", type=rate_or_file, metavar="RATE_OR_JSON",
+                   help="one node's data points/s, for --score: a number, or the results "
+                   "file of `dba3c bench node` (its one process's rate)")
     p.add_argument("--link", type=positive_float, default=10.0, metavar="GBIT",
                    help="the scale results' link rate whose E(W) --score uses (default 10)")
 
@@ -312,7 +323,15 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if (args.score is None) != (args.node_rate is None):
         raise UserError("--score and --node-rate go together: the predicted Figure 8 needs "
                         "the score and one node's data points/s")
-    figure8 = None if args.score is None else Figure8(args.score, args.node_rate, args.link)
+    rate = args.node_rate
+    if isinstance(rate, Path):
+        from dba3c.benchmarks.node import read_node_rate
+
+        try:
+            rate = read_node_rate(rate)
+        except ValueError as e:
+            raise UserError(f"--node-rate: {e}") from None
+    figure8 = None if args.score is None else Figure8(args.score, rate, args.link)
     try:
         written = plot_command(args.paths, args.out, figure8)
     except ValueError as e:

@@ -108,12 +108,10 @@ dba3c plot "$OUT"/w1/* "$OUT"/w1-eps1e-8/* --out docs/figures/study_batch_pong_e
 # FC 128 over 10 Gb/s), at greedy 18 and at 10 (what the one-worker seed 0 reached by 5 M)
 node=bench/node_pong_small.json
 [ -f "$node" ] || dba3c bench node --config configs/pong_small.yaml --quick --out "$node"
-rate=$(python -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["single"]
-["data_points_per_s"]))' "$node")
 tmp=$(mktemp -d)
 for score in 18 10; do  # the figure and its table only (plot also redraws the curves)
     dba3c plot "$OUT"/w1/* "$OUT"/w16/* "$OUT"/w64/* bench/charged/w*-fc128-10-*.json \
-        --score "$score" --node-rate "$rate" --out "$tmp/$score"
+        --score "$score" --node-rate "$node" --out "$tmp/$score"
     for ext in png csv; do
         cp "$tmp/$score/figure8_predicted.$ext" \
             "docs/figures/study_batch_pong/figure8_predicted_$score.$ext"

@@ -24,6 +24,7 @@ actor and trainer threads spend each step (``bench/profile.json`` and a Markdown
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -303,6 +304,20 @@ def long_table(r: dict, command: str) -> str:
         f"(bounded by `run.keep_checkpoints`); everything else (metrics, evaluations, "
         f"TensorBoard) grows by {r['log_bytes_per_1000_steps'] / 1024:.0f} KiB per 1000 "
         f"steps.", ""]) + "\n"
+
+
+def read_node_rate(path: Path) -> float:
+    """One node's data points/s from a ``dba3c bench node`` results file: its one process's
+    steady rate end to end (``single.data_points_per_s``), what the predicted Figure 8 takes
+    as a node's rate. Raises ValueError naming the file when it holds no such rate."""
+    try:
+        rate = json.loads(path.read_text())["single"]["data_points_per_s"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path} is not the results of `dba3c bench node` "
+                         f"({type(e).__name__}: {e})") from None
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+        raise ValueError(f"{path}: single.data_points_per_s is {rate!r}, not a rate above 0")
+    return float(rate)
 
 
 def run_bench(config: str, overrides: list[str], quick: bool,

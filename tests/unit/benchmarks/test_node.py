@@ -17,6 +17,7 @@ from dba3c.benchmarks.node import (
     long_table,
     markdown_table,
     profile_table,
+    read_node_rate,
     sandwiched_overheads,
 )
 from tests.support import ROOT
@@ -176,3 +177,26 @@ def test_bench_log_writes_a_node_entry_and_never_edits_a_curated_page(tmp_path, 
     assert curated.read_bytes() == b"# Benchmarks\n\nHand-written figures.\n"
     assert main([*argv, "--log-dir", "elsewhere"]) == 2
     assert capsys.readouterr().err == "error: --log-dir is a --log option (give --log)\n"
+
+
+def test_read_node_rate_takes_the_single_process_rate(tmp_path):
+    path = tmp_path / "node.json"
+    path.write_text(json.dumps({"single": {"data_points_per_s": 912.5, "steps": 3},
+                                "compute": {"data_points_per_s": 2000.0}}))
+    assert read_node_rate(path) == 912.5
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (None, "FileNotFoundError"),
+    ("{not json", "JSONDecodeError"),
+    (json.dumps({"points": []}), "KeyError: 'single'"),
+    (json.dumps({"single": {"data_points_per_s": 0}}), "is 0, not a rate above 0"),
+    (json.dumps({"single": {"data_points_per_s": "fast"}}), "is 'fast', not a rate"),
+], ids=["missing", "not-json", "scale-results", "zero", "string"])
+def test_read_node_rate_names_the_file_that_holds_no_rate(tmp_path, content, fragment):
+    path = tmp_path / "node.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ValueError, match=str(path)) as caught:
+        read_node_rate(path)
+    assert fragment in str(caught.value)
