@@ -33,6 +33,8 @@ _FENV_WORDS = 8  # 32 bytes: x86-64's fenv_t (28 bytes of x87 state, then MXCSR)
 
 
 def _libm() -> ctypes.CDLL | None:
+    """glibc's libm, whose fegetenv / fesetenv read and write the thread's flags; None on
+    another C library or system."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return None
     name = ctypes.util.find_library("m")

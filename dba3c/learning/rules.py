@@ -4,6 +4,10 @@ Each shard server owns a contiguous slice of the flat parameter vector and the m
 slices of the rule's statistics (:class:`OptimizerState`). Both rules are elementwise, so
 updating shards separately and concatenating equals updating the whole vector.
 :func:`dba3c.learning.optim.optimizer_update` picks the rule and the rate.
+
+Their arithmetic runs with subnormal numbers flushed to zero in the calling thread
+(:func:`dba3c.learning.fpenv.subnormals_flushed`), as TensorFlow's kernels compute: a dead
+unit's moments shrink into that range, where each IEEE operation costs many times a normal one.
 """
 
 from __future__ import annotations
