@@ -41,7 +41,8 @@ def _libm() -> ctypes.CDLL | None:
     return ctypes.CDLL(name) if name else None
 
 
-_LIBM = _libm() if platform.machine() in _CONTROL else None
+_FLAGS = _CONTROL.get(platform.machine())  # this machine's (word, bits), None: unknown
+_LIBM = _libm() if _FLAGS is not None else None
 FLUSHES = _LIBM is not None
 
 
@@ -50,10 +51,10 @@ def subnormals_flushed() -> Iterator[None]:
     """Run the block with subnormal inputs read as zero and subnormal results written as
     zero, in this thread (and threads it starts meanwhile: Linux copies the flags to a new
     thread); the thread's previous flags come back after it."""
-    if _LIBM is None:
+    if _LIBM is None or _FLAGS is None:
         yield
         return
-    word, bits = _CONTROL[platform.machine()]
+    word, bits = _FLAGS
     env = (ctypes.c_uint32 * _FENV_WORDS)()
     _LIBM.fegetenv(env)
     before = env[word]
