@@ -25,6 +25,7 @@ actor and trainer threads spend each step (``bench/profile.json`` and a Markdown
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -315,8 +316,10 @@ def read_node_rate(path: Path) -> float:
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{path} is not the results of `dba3c bench node` "
                          f"({type(e).__name__}: {e})") from None
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
-        raise ValueError(f"{path}: single.data_points_per_s is {rate!r}, not a rate above 0")
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) \
+            or not 0 < rate < math.inf:  # JSON may hold Infinity and NaN
+        raise ValueError(f"{path}: single.data_points_per_s is {rate!r}, not a finite rate "
+                         f"above 0")
     return float(rate)
 
 

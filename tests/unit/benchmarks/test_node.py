@@ -190,9 +190,11 @@ def test_read_node_rate_takes_the_single_process_rate(tmp_path):
     (None, "FileNotFoundError"),
     ("{not json", "JSONDecodeError"),
     (json.dumps({"points": []}), "KeyError: 'single'"),
-    (json.dumps({"single": {"data_points_per_s": 0}}), "is 0, not a rate above 0"),
-    (json.dumps({"single": {"data_points_per_s": "fast"}}), "is 'fast', not a rate"),
-], ids=["missing", "not-json", "scale-results", "zero", "string"])
+    (json.dumps({"single": {"data_points_per_s": 0}}), "is 0, not a finite rate above 0"),
+    ('{"single": {"data_points_per_s": Infinity}}', "is inf, not a finite rate"),
+    ('{"single": {"data_points_per_s": NaN}}', "is nan, not a finite rate"),
+    (json.dumps({"single": {"data_points_per_s": "fast"}}), "is 'fast', not a finite rate"),
+], ids=["missing", "not-json", "scale-results", "zero", "infinity", "nan", "string"])
 def test_read_node_rate_names_the_file_that_holds_no_rate(tmp_path, content, fragment):
     path = tmp_path / "node.json"
     if content is not None:
