@@ -267,12 +267,15 @@ class DistConfig:
                                       "(MPICH; set before MPI starts); mpi: the MPI library's "
                                       "own choice (MPICH: pairwise and ring, W - 1 rounds each, "
                                       "above 512 KB)")
-    wire_dtype: str = _opt("float32", _one_of(*WIRE_DTYPES), "the gradients' type on the wire "
-                           "(both aggregations; parameters stay float32): float32, or "
-                           "bfloat16, half the bytes: each worker's gradient rounded to 8 "
-                           "significant bits, summed in float32 where gradients meet (a "
-                           "parameter server; in a collective, each partial sum is rounded "
-                           "again before it moves on)")
+    wire_dtype: str = _opt("float32", _one_of(*WIRE_DTYPES), "the type on the wire of the "
+                           "gradients (both aggregations) and of the parameters' changes "
+                           "(collective; a parameter server sends float32 parameters): "
+                           "float32, or bfloat16, half the bytes: each worker's gradient "
+                           "rounded to 8 significant bits, summed in float32 where gradients "
+                           "meet (a parameter server; in a collective, each partial sum is "
+                           "rounded again before it moves on); in a collective each shard's "
+                           "Adam step is rounded to 8 significant bits and every copy, the "
+                           "owner's too, takes that rounded step")
 
     @property
     def collective_poll_s(self) -> float:

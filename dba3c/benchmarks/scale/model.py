@@ -6,8 +6,11 @@ Notation (times in seconds of the real, unscaled cluster; a step is global step 
   W, P, R     workers, parameter servers, gradients a step waits for (R = W without backups)
   N           parameters; M = 4 N x ``WIRE_PER_PAYLOAD``: bytes of one float32 vector on a
               link, TCP/IP headers included (:func:`wire_bytes`); the parameters travel so
+              from parameter servers
   G           bytes of one gradient on a link: M, or M / 2 in bfloat16 (``dist.wire_dtype``,
-              a point's ``wire_dtype``; :func:`wire_bytes` of its ``ELEMENT_BYTES``)
+              a point's ``wire_dtype``; :func:`wire_bytes` of its ``ELEMENT_BYTES``); in
+              collective aggregation the parameters' changes travel in the same type, so
+              its allgather moves G as well
   B           a link's bytes per second, ``link_gbit`` x 1e9 / 8
   s           the time scale of an emulated measurement (links at B / s, compute T_c x s)
   T_c         a worker's compute per step
@@ -22,10 +25,11 @@ ps aggregation (:func:`comm_seconds`, :func:`straggler_seconds`):
   T_comm = max(R G / P, G) / B + max(W M / P, M) / B
   T_step = T_c + T_comm + T_strag + T_a / s
 
-collective aggregation, serial (reduce-scatter then allgather of the whole vector; f the
-slowest rank's compute factor, ``slow_factor`` with stragglers, else 1):
+collective aggregation, serial (reduce-scatter of the gradient then allgather of the
+parameters' changes, the whole vector each; f the slowest rank's compute factor,
+``slow_factor`` with stragglers, else 1):
 
-  T_comm = (W - 1) / W x (G + M) / B
+  T_comm = (W - 1) / W x 2 G / B
   T_step = f T_c + T_comm + 2 rho(W) T_round + T_a / s
 
 the emulating host as a second limit on the transfers (:func:`host_seconds`; ps: W
@@ -42,7 +46,7 @@ bucket b's reduce-scatter and allgather each hold the link, one collective at a 
 order posted, for
 
   T_rs_b = (W - 1) / W x G_b / B + rho(W) T_round      (G_b: bucket b's gradient bytes)
-  T_ag_b = (W - 1) / W x M_b / B + rho(W) T_round      (M_b: its parameters' bytes)
+  T_ag_b = (W - 1) / W x G_b / B + rho(W) T_round      (its parameters' changes)
 
 and T_a / s runs after bucket 0's reduce-scatter; with H, B <- min(B, H s / W)
 (:func:`collective_rate`). One bucket gives the serial model. A replicated bucket 0
@@ -114,10 +118,11 @@ def wire_bytes(num_params: int, dtype: str = "float32") -> float:
 
 def step_bytes(point: Point, num_params: int) -> float:
     """The bytes one step moves over all links, TCP/IP headers included (ps: a gradient in
-    and a parameter vector out per worker; collective: W - 1 gradients and W - 1 parameter
-    vectors over all nodes)."""
-    vectors = point.workers - 1 if point.aggregation == "collective" else point.workers
-    return vectors * (wire_bytes(num_params, point.wire_dtype) + wire_bytes(num_params))
+    and a float32 parameter vector out per worker; collective: W - 1 gradients and W - 1
+    vectors of the parameters' changes over all nodes, both in the wire's type)."""
+    if point.aggregation == "collective":
+        return (point.workers - 1) * 2 * wire_bytes(num_params, point.wire_dtype)
+    return point.workers * (wire_bytes(num_params, point.wire_dtype) + wire_bytes(num_params))
 
 
 def model_step_seconds(point: Point, num_params: int, compute_s: float,
@@ -200,9 +205,9 @@ def overlap_stages(buckets: Sequence[Bucket], workers: int, compute_s: float,
     proportion to FLOPs: stage b runs F_b / D x T_c forward and 2 F_b / D x T_c backward
     (F_0 / D for stage 0, which computes no input gradient), D = the sum of all of them.
     Bucket b's reduce-scatter and allgather each hold the link for the time their bytes
-    take, (W - 1)/W x ``wire_bytes``(N_b) / rate, the reduce-scatter's in ``wire_dtype``
-    (the gradient's type on the wire), the allgather's in float32 (summed over the buckets,
-    the serial model's :func:`comm_seconds`), plus their message rounds,
+    take, (W - 1)/W x ``wire_bytes``(N_b) / rate in ``wire_dtype`` (the gradient's and the
+    parameters' changes' type on the wire; summed over the buckets, the serial model's
+    :func:`comm_seconds`), plus their message rounds,
     :func:`phase_rounds` x ``ROUND_POLL_CAPS`` x ``poll_s``. ``replicated_first``: bucket
     0's allreduce holds the link for log2 W rounds (recursive doubling) of its whole
     gradient's bytes and allgathers nothing."""
@@ -218,9 +223,8 @@ def overlap_stages(buckets: Sequence[Bucket], workers: int, compute_s: float,
                                       + round_s)
             stages.append(Stage(forward_s, backward_s, allreduce_s, 0.0))
             continue
-        reduce_s, gather_s = (share * wire_bytes(bucket.params, dtype) / rate_bytes_per_s
-                              + rounds_s for dtype in (wire_dtype, "float32"))
-        stages.append(Stage(forward_s, backward_s, reduce_s, gather_s))
+        phase_s = share * wire_bytes(bucket.params, wire_dtype) / rate_bytes_per_s + rounds_s
+        stages.append(Stage(forward_s, backward_s, phase_s, phase_s))
     return stages
 
 
@@ -342,13 +346,14 @@ def comm_seconds(point: Point, num_params: int) -> float:
     gradient shards a step waits for (R = W without backup workers), then sends W parameter
     shards, one after the other; neither direction takes less than a whole vector through a
     worker's own link. collective: the ring reduce-scatter moves (W - 1)/W G and the
-    allgather (W - 1)/W M through every node's link, whatever W (MPI's own algorithms for
+    allgather (W - 1)/W G through every node's link, whatever W (MPI's own algorithms for
     these sizes move the same bytes per node). Gradients travel in ``point.wire_dtype``,
-    parameters in float32."""
+    and so do the parameters' changes in collective aggregation; a parameter server sends
+    float32 parameters."""
     grad_shard, grad = link_seconds(point, num_params, point.wire_dtype)
     shard, vector = link_seconds(point, num_params)
     if point.aggregation == "collective":
-        return (point.workers - 1) / point.workers * (grad + vector)
+        return (point.workers - 1) / point.workers * 2 * grad
     waited = point.replicas or point.workers
     return max(waited * grad_shard, grad) + max(point.workers * shard, vector)
 

@@ -16,6 +16,13 @@ rank stays out). Group rank w owns shard w of the flat parameter vector
      when any gradient was not finite every shard skips the step (parameters and Adam state
      unchanged, the version advances, the streak is counted), as a parameter server does;
   3. an allgather of the updated shards: every rank holds theta_{t+1} and trains on it.
+     With ``dist.wire_dtype: bfloat16`` the update travels, not the parameters: each rank
+     rounds its shard's change d = theta_{t+1} - theta_t to bfloat16, applies the rounded
+     change to its own shard too, and every rank adds the gathered changes to its copy of
+     theta_t in float32. So every copy holds the same bits, the allgather carries half the
+     bytes, and each parameter moves by its Adam step rounded to 8 significant bits (a
+     relative error of at most 2^-9 of the step, not of the parameter); the Adam moments are
+     not rounded. The start parameters (:meth:`CollectiveClient.pull`) travel in float32.
 
 With a replicated first bucket (``ShardPlan.replicated_first``, ``dist.replicate_first_bucket``)
 every rank holds bucket 0 whole: its gradient is summed by an allreduce in step 1, every rank
@@ -89,12 +96,15 @@ class Arriving:
     def wait(self, bucket: int) -> np.ndarray:
         """Bucket ``bucket`` of theta (a view of the client's buffer)."""
         self.client.wait(self.requests[bucket])
+        self.client.land_changes(bucket)
         lo, hi = self.client.plan.bucket_bounds(bucket)
         return self.client.theta[lo:hi]
 
     def params(self) -> Params:
         """The whole of theta_{t+1} (a copy)."""
         self.client.wait(*self.requests)
+        for bucket in range(self.client.num_buckets):
+            self.client.land_changes(bucket)
         return Params(self.version, self.client.theta.copy(), self.nonfinite_streak)
 
     def arrived(self) -> bool:
@@ -117,8 +127,8 @@ class CollectiveClient:
       wants_stop: asked at each step (the chief's stop request).
       idle: called while waiting, at most every ``IDLE_EVERY_S`` (the chief's bookkeeping,
         answering QUERY).
-      wire: the gradients' type in the collectives (``dist.wire_dtype``): float32 or
-        bfloat16.
+      wire: the type of the gradients and of the parameters' changes in the collectives
+        (``dist.wire_dtype``): float32 or bfloat16.
 
     Buckets are offered last first (the order the backward pass makes them) and gathered
     first first; every rank starts the same collectives in the same order. MPI requests are
@@ -138,6 +148,13 @@ class CollectiveClient:
         self.theta = np.zeros(plan.num_params, np.float32)
         self.wire = wire
         self._part = to_wire(np.zeros(plan.sizes[group.rank], np.float32), wire)
+        # bfloat16: this rank's shard's change and every rank's, gathered (uint16 bits: MPI
+        # moves them without knowing the type; empty on the float32 wire); which buckets'
+        # changes theta still lacks
+        changes = wire != "float32"
+        self._change = to_wire(np.zeros(plan.sizes[group.rank] * changes, np.float32), wire)
+        self._changes = to_wire(np.zeros(plan.num_params * changes, np.float32), wire)
+        self._unlanded: set[int] = set()
         self._in_shard = [slice(o, o + hi - lo) for o, (lo, hi) in
                           zip(plan.piece_offsets(group.rank), plan.pieces(group.rank))]
         self._control = np.zeros(3, np.int64)
@@ -180,19 +197,41 @@ class CollectiveClient:
         """Keep ``requests`` for :meth:`progress` to advance (under the lock)."""
         self._keep(self._in_flight + requests)
 
-    def _allgathers(self) -> Arriving:
+    def _allgathers(self, changes: bool) -> Arriving:
+        """Start gathering theta_{t+1}: every rank's shard, or (``changes``, the bfloat16
+        wire) every rank's change to it, which :meth:`land_changes` adds."""
         requests: list[Request] = []
+        theta_shard = self.shard.theta_shard
         with self._lock:
-            for b, piece in enumerate(self._in_shard):
+            for b, (piece, (mine_lo, mine_hi)) in enumerate(
+                    zip(self._in_shard, self.plan.pieces(self.group.rank))):
                 lo, hi = self.plan.bucket_bounds(b)
                 if self.plan.replicated(b):
-                    self.theta[lo:hi] = self.shard.theta_shard[piece]
+                    self.theta[lo:hi] = theta_shard[piece]
                     requests.append(Completed())
-                    continue
-                requests.append(self.group.iallgather(self.shard.theta_shard[piece],
-                                                      self.theta[lo:hi], self.plan.counts(b)))
+                elif changes:  # d rounded; this shard takes theta_t + d too, as all copies do
+                    change = self._change[piece]
+                    change[:] = to_wire(theta_shard[piece] - self.theta[mine_lo:mine_hi],
+                                        self.wire)
+                    theta_shard[piece] = self.theta[mine_lo:mine_hi] + from_wire(change)
+                    requests.append(self.group.iallgather(
+                        change.view(np.uint16), self._changes[lo:hi].view(np.uint16),
+                        self.plan.counts(b)))
+                    self._unlanded.add(b)
+                else:
+                    requests.append(self.group.iallgather(theta_shard[piece],
+                                                          self.theta[lo:hi],
+                                                          self.plan.counts(b)))
             self._post(requests)
         return Arriving(self, requests)
+
+    def land_changes(self, bucket: int) -> None:
+        """Add bucket ``bucket``'s gathered changes to theta, once (its allgather has
+        completed; nothing to add on the float32 wire)."""
+        if bucket in self._unlanded:
+            self._unlanded.discard(bucket)
+            lo, hi = self.plan.bucket_bounds(bucket)
+            self.theta[lo:hi] += from_wire(self._changes[lo:hi])
 
     def _checksum(self) -> int:
         """A checksum of this rank's copy of a replicated bucket 0 (0 without one)."""
@@ -212,7 +251,7 @@ class CollectiveClient:
 
     def pull(self) -> Params:
         """The start parameters: every rank's shard, gathered."""
-        return self._allgathers().params()
+        return self._allgathers(changes=False).params()
 
     def offer(self, version: int, bucket: int, grad_bucket: np.ndarray) -> None:
         """Start the reduce-scatter of one bucket of the gradient computed at ``version``
@@ -262,8 +301,11 @@ class CollectiveClient:
             mean[:] = np.nan  # one poisoned gradient: every shard skips this step
         else:
             mean /= np.float32(self.group.size)
+        if self._unlanded:  # a change not yet added: theta_t is what every change is from
+            raise RuntimeError(f"step {self.shard.version} finished before buckets "
+                               f"{sorted(self._unlanded)} of its parameters arrived")
         self.shard.offer(self.shard.version, mean)
-        arriving = self._allgathers()
+        arriving = self._allgathers(changes=self.wire != "float32")
         self.stopping = (bool(self._control[STOP_REQUESTED])
                          or self.train.reached_max_steps(arriving.version))
         if arriving.nonfinite_streak >= self.train.max_nonfinite:  # the run ends here

@@ -104,7 +104,7 @@ def test_model_collective_moves_2_w_minus_1_over_w_vectors_per_node_whatever_w()
         2 * 63 * wire / 1.2e9 / 10)
 
 
-def test_gradients_in_bfloat16_take_half_the_bytes_and_parameters_stay_float32():
+def test_bfloat16_halves_gradients_and_collective_changes_and_ps_parameters_stay_float32():
     n, tc = 322_695, 0.0128
     wire = 4 * n * 1514 / 1448  # the parameters, float32, with TCP/IP headers
     grad = 2 * n * 1514 / 1448  # a gradient in bfloat16
@@ -119,17 +119,17 @@ def test_gradients_in_bfloat16_take_half_the_bytes_and_parameters_stay_float32()
     slower = ScalePoint(64, 4, slow_workers=4, slow_factor=4.0, wire_dtype="bfloat16")
     assert model_step_seconds(slower, n, tc, 10) == pytest.approx(
         4 * tc + grad / 1.25e9 + 64 * wire / 4 / 1.25e9 + adam_ps)
-    # collective, W = 64, serial: 63/64 of a gradient and of a parameter vector per node
+    # collective, W = 64, serial: 63/64 of a gradient and of the parameters' changes per
+    # node, both in bfloat16
     assert model_step_seconds(coll, n, tc, 10) == pytest.approx(
-        tc + 63 / 64 * (grad + wire) / 1.25e9 + 12 * 70e-6 + adam_coll)
+        tc + 63 / 64 * 2 * grad / 1.25e9 + 12 * 70e-6 + adam_coll)
     # all nodes' bytes per step: ps W of each, collective W - 1 of each
     assert step_bytes(ps, n) == pytest.approx(64 * (grad + wire))
-    assert step_bytes(coll, n) == pytest.approx(63 * (grad + wire))
+    assert step_bytes(coll, n) == pytest.approx(63 * 2 * grad)
     assert step_bytes(collective(64), n) == pytest.approx(63 * 2 * wire)
-    assert host_seconds(coll, n, 1.2e9, 10) == pytest.approx(
-        63 * (grad + wire) / 1.2e9 / 10)
-    # overlapped: a bucket's reduce-scatter moves 2-byte elements, its allgather 4-byte
-    # ones; a replicated bucket 0's allreduce 2-byte ones
+    assert host_seconds(coll, n, 1.2e9, 10) == pytest.approx(63 * 2 * grad / 1.2e9 / 10)
+    # overlapped: a bucket's reduce-scatter and allgather move 2-byte elements; a
+    # replicated bucket 0's allreduce too
     first, second = overlap_stages((Bucket(1000, 2), Bucket(3000, 3)), 4, 0.013, 1.25e9,
                                    "recursive", 50e-6, replicated_first=True,
                                    wire_dtype="bfloat16")
@@ -137,7 +137,7 @@ def test_gradients_in_bfloat16_take_half_the_bytes_and_parameters_stay_float32()
         Stage(0.002, 0.002, 2 * (2 * 1000 * 1514 / 1448 / 1.25e9 + 70e-6), 0.0))
     assert second == pytest.approx(
         Stage(0.003, 0.006, 3 / 4 * 2 * 3000 * 1514 / 1448 / 1.25e9 + 2 * 70e-6,
-              3 / 4 * 4 * 3000 * 1514 / 1448 / 1.25e9 + 2 * 70e-6))
+              3 / 4 * 2 * 3000 * 1514 / 1448 / 1.25e9 + 2 * 70e-6))
 
 
 def test_the_paper_network_has_a_bucket_per_layer_with_its_stage_flops():

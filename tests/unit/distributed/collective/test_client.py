@@ -46,12 +46,13 @@ def rank_client(transport, plan: ShardPlan, cfg) -> CollectiveClient:
 
 
 def collective_world(cfg, num_ranks: int, gradient, buckets=(0,), staged=False,
-                     replicated_first=False) -> list[list]:
+                     replicated_first=False, on_client=lambda client: None) -> list[list]:
     """``num_ranks`` training ranks as threads, each pushing ``gradient(group_rank, version)``
     until ``train.max_steps`` (the vector cut into ``buckets``, :class:`ShardPlan`, bucket 0
     whole in every shard with ``replicated_first``; ``staged``: offered bucket by bucket, the
-    new parameters waited for bucket by bucket, as ``Worker.train_staged`` does); every rank's
-    received Params and its final shard."""
+    new parameters waited for bucket by bucket, as ``Worker.train_staged`` does; each new
+    client is handed to ``on_client`` first); every rank's received Params and its final
+    shard."""
     plan = ShardPlan(N, num_ranks, buckets, replicated_first)
 
     def staged_push(client, version: int, grad: np.ndarray):
@@ -66,6 +67,7 @@ def collective_world(cfg, num_ranks: int, gradient, buckets=(0,), staged=False,
 
     def rank_loop(transport) -> tuple[list, ShardServer]:
         client = rank_client(transport, plan, cfg)
+        on_client(client)
         shard = client.shard
         received = [client.pull()]
         push = functools.partial(staged_push, client) if staged else client.push
@@ -208,6 +210,62 @@ def test_a_bfloat16_wire_step_is_float32_s_to_bfloat16_rounding(replicated_first
     float32 = np.mean(grads, axis=0, dtype=np.float32)
     assert np.all(np.abs(mean - float32) <= 2.0 ** -8 * np.sum(np.abs(grads), axis=0))
     assert not np.array_equal(mean, float32)
+
+
+@pytest.mark.parametrize("staged", [False, True])
+@pytest.mark.parametrize("replicated_first", [False, True])
+def test_on_a_bfloat16_wire_every_copy_moves_by_the_adam_step_rounded_to_bfloat16(
+        replicated_first, staged):
+    # each shard's Adam step d = theta_adam - theta_t travels rounded to bfloat16; every copy,
+    # the shard's own included, becomes theta_t + round(d) in float32, bit for bit. Replayed
+    # here from each shard's applied mean gradients: a reference shard takes the exact Adam
+    # step, then the rounding is done by hand (round_to_bfloat16, from the format) on every
+    # piece but a replicated bucket 0's (every rank applies that one whole, unrounded).
+    cfg = make_cfg(workers=3, ps=1, max_steps=STEPS, wire_dtype="bfloat16")
+    plan = ShardPlan(N, 3, (0, 2, N // 2), replicated_first)
+    applied: dict[int, list[np.ndarray]] = {0: [], 1: [], 2: []}
+
+    def gradient(rank, version):  # rank 1 poisons step 7: every shard skips it
+        return grad_of(rank, version) * (np.nan if (rank, version) == (1, 7) else 1)
+
+    def record_offers(client):  # each shard's mean gradients, as it applies them
+        offer, rank = client.shard.offer, client.group.rank
+
+        def recorded(version, g):
+            applied[rank].append(g.copy())
+            return offer(version, g)
+        client.shard.offer = recorded
+
+    results = collective_world(cfg, 3, gradient, plan.bucket_starts, staged, replicated_first,
+                               on_client=record_offers)
+
+    thetas = [[p.theta for p in received] for received, _ in results]
+    assert len(thetas[0]) == STEPS + 1
+    for version in range(STEPS + 1):  # every copy the same bits
+        assert all(np.array_equal(t[version].view(np.uint32), thetas[0][version].view(np.uint32))
+                   for t in thetas)
+    exact_differs = False
+    for rank, (_, shard) in enumerate(results):
+        reference = ShardServer(plan.shard_of(THETA0, rank), OptimizerState.zeros(
+            plan.sizes[rank]), 0, mode="sync", replicas=1, optimizer=make_optimizer(cfg))
+        offsets = plan.piece_offsets(rank)
+        for version, g in enumerate(applied[rank]):
+            before = reference.theta_shard.copy()
+            reference.offer(version, g)
+            exact = reference.theta_shard.copy()
+            for b, (lo, hi) in enumerate(plan.pieces(rank)):
+                if plan.replicated(b):
+                    continue
+                piece = slice(offsets[b], offsets[b] + hi - lo)
+                reference.theta_shard[piece] = before[piece] + round_to_bfloat16(
+                    exact[piece] - before[piece])
+            exact_differs |= not np.array_equal(exact, reference.theta_shard)
+            got = plan.shard_of(thetas[rank][version + 1], rank)
+            assert np.array_equal(got.view(np.uint32), reference.theta_shard.view(np.uint32))
+        assert np.array_equal(shard.theta_shard, reference.theta_shard)  # the shard's own copy
+        assert np.array_equal(shard.opt_state.m_shard, reference.opt_state.m_shard)
+        assert shard.nonfinite_streak == 0 and reference.stats.nonfinite_skipped == 1
+    assert exact_differs  # the rounding did something: the test can tell the two apart
 
 
 def test_copies_of_a_replicated_first_bucket_that_differ_end_the_run_on_the_chief():
