@@ -302,9 +302,9 @@ def scale_mode(point: dict) -> str:
 
 def wire_label(point: dict) -> str:
     """How a scale point's gradients travel, as a series label's tail: nothing for float32
-    (also a point measured before ``--wire-dtype`` existed), ``, bfloat16 gradients``."""
+    (also a point measured before ``--wire-dtype`` existed), ``, bfloat16 on the wire``."""
     dtype = point.get("wire_dtype", "float32")
-    return "" if dtype == "float32" else f", {dtype} gradients"
+    return "" if dtype == "float32" else f", {dtype} on the wire"
 
 
 def scale_tables(results: dict) -> dict[str, Table]:

@@ -111,9 +111,10 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                    help="end a point still running after this long and record it as failed "
                    "(default 300)")
     p.add_argument("--wire-dtype", choices=("float32", "bfloat16"), default=None,
-                   help="the gradients' type on the wire at every point, as dist.wire_dtype "
-                   "(bfloat16: half the gradient bytes; parameters stay float32; default: "
-                   "the config's, float32)")
+                   help="the type on the wire at every point, as dist.wire_dtype "
+                   "(bfloat16: half the bytes of the gradients and of a collective's "
+                   "parameter changes; a parameter server's parameters stay float32; "
+                   "default: the config's, float32)")
 
     p = benches.add_parser("real-ranks", help="real TensorFlow ranks on this machine: what "
                            "the collective mode's overlap costs a step, off, on or auto",

@@ -437,7 +437,7 @@ def grid_net(config: str, overrides: list[str], grid: list[ScalePoint],
 
 
 def points_wire_dtype(cfg: Config, wire_dtype: str | None) -> str:
-    """The gradients' type on the wire at every point: ``wire_dtype`` (``--wire-dtype``),
+    """The type on the wire at every point: ``wire_dtype`` (``--wire-dtype``),
     else ``cfg``'s ``dist.wire_dtype``. A UserError when ``cfg`` sets one other than the
     default and ``wire_dtype`` another (the points' overrides would silently replace it)."""
     configured = cfg.dist.wire_dtype

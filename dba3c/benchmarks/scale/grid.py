@@ -28,7 +28,8 @@ class ScalePoint:
     the collectives move the vector bucket by bucket while the workers compute
     (``dist.collective_overlap``; the model is then
     :func:`~dba3c.benchmarks.scale.model.overlapped_step_seconds`); ``wire_dtype``: the
-    gradients' type on the wire (``dist.wire_dtype``: float32, or bfloat16, half the bytes;
+    type on the wire of the gradients and of a collective's parameter changes
+    (``dist.wire_dtype``: float32, or bfloat16, half the bytes; a parameter server's
     parameters travel in float32 either way)."""
 
     workers: int
@@ -138,11 +139,11 @@ def select_points(grid: list[ScalePoint], chosen: Selection = EVERY_POINT) -> li
 
 
 def point_label(point: ScalePoint) -> str:
-    """W, P, FC, backups, stragglers, gradients in bfloat16 and link of a point, for
+    """W, P, FC, backups, stragglers, bfloat16 on the wire and link of a point, for
     progress lines."""
     extra = (f" R={point.replicas}" if point.replicas else "") + (
         f" {point.slow_workers} slow x{point.slow_factor:g}" if point.slow_workers else "") + (
-        f" gradients in {point.wire_dtype}" if point.wire_dtype != "float32" else "")
+        f" {point.wire_dtype} on the wire" if point.wire_dtype != "float32" else "")
     servers = ("collective" + (" overlapped" if point.overlap else "")
                if point.aggregation == "collective" else f"P={point.ps}")
     return (f"W={point.workers} {servers} FC={point.hidden}{extra} "

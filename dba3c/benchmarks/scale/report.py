@@ -18,7 +18,7 @@ from dba3c.preset import load_config
 def scale_table(r: dict, command: str) -> str:
     """The results as a dated Markdown page (a level-1 heading, the command, the machine, how
     the figures were made, the table: emulated results, labelled so, each point's settings
-    with its gradients' type on the wire, the model's step times beside each measured one
+    with its type on the wire, the model's step times beside each measured one
     and their difference from it); ``command``: the command line that reproduces them."""
     rows = []
     for p in r["points"]:
@@ -57,7 +57,7 @@ def scale_table(r: dict, command: str) -> str:
             if r["aggregation"] == "collective" else "")
          + (f" Overlapped steps charged staging {r['overlap_cost']['value']:g} x T_c "
             f"({staging_source(r['overlap_cost'])})." if "overlap_cost" in r else "")), "",
-        ("| link, Gb/s | s | W | P | FC | gradients on the wire | gradients per step | "
+        ("| link, Gb/s | s | W | P | FC | on the wire | gradients per step | "
          "stragglers | step, ms | model, ms | model, host-limited, ms | E | data points/s | "
          "CPU | peak RSS of a rank, MB |"),
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", *rows, ""]) + "\n"

@@ -396,7 +396,7 @@ def test_several_scale_results_are_drawn_together_both_modes_in_one_efficiency_f
         "collective, serial")
     assert plots.scale_mode({"aggregation": "collective", "overlap": True, "ps": 0,
                              "wire_dtype": "bfloat16"}) == (
-        "collective, overlapped, bfloat16 gradients")
+        "collective, overlapped, bfloat16 on the wire")
     # one ideal line (E = 1) over every series' W, on a linear efficiency axis from 0
     table = plots.scale_tables({"points": ps_run + first + second})
     figure = plots.draw_figure("scale_efficiency_vs_workers", table["scale_efficiency_vs_workers"])
@@ -417,7 +417,7 @@ def test_points_with_gradients_in_bfloat16_are_series_apart_from_float32s():
     bfloat16 = [{**scale_point(w, ps, hidden=fc, step_ms=ms - 4.0), "wire_dtype": "bfloat16"}
                 for w, ps, fc, ms in points]
     tables = plots.scale_tables({"points": float32 + bfloat16})
-    bf16 = ", bfloat16 gradients"
+    bf16 = ", bfloat16 on the wire"
     assert [(r["series"], r["workers"], round(r["efficiency"], 9))
             for r in tables["scale_efficiency_vs_workers"]] == [
         ("10 Gb/s, P=1", 4, 0.5), (f"10 Gb/s, P=1{bf16}", 4, 0.625), ("10 Gb/s, P=4", 1, 0.8),
