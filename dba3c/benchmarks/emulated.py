@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from statistics import median
 from typing import Self
 
 from dba3c.errors import UserError
@@ -92,7 +93,9 @@ class EmulatedCluster:
     def host_bytes_per_s(self, num_bytes: int = 4 << 20, reps: int = 20) -> float:
         """Payload bytes per second MPI moves between node1 and node2 when the links do not
         limit (the host's cores do): a ping-pong over links reshaped to ``UNSHAPED``, after
-        which the links get their rate back."""
+        which the links get their rate back; its median round trip, so that a stray TCP
+        retransmission (a 200 ms timeout, seen once in a few runs on a loaded host) in one of
+        them does not count."""
         from dba3c.launchers.local import find_mpiexec
 
         rate = self.rate
@@ -106,7 +109,7 @@ class EmulatedCluster:
         if proc.returncode != 0:
             raise RuntimeError(f"ping-pong exited {proc.returncode}: {proc.stderr[-2000:]}")
         result = json.loads(proc.stdout.strip().splitlines()[-1])
-        return 2 * result["bytes_each_way"] / result["seconds"]
+        return 2 * num_bytes / median(result["round_trip_seconds"])
 
     def mpiexec_args(self) -> list[str]:
         """The hydra options that start rank k on node k+1 (one rank per node)."""
