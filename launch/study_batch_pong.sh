@@ -97,6 +97,9 @@ if [ "$SLOTS" -gt 1 ]; then  # the other slots may still train: no figures, no t
 fi
 dba3c plot "$OUT"/w1/* "$OUT"/w16/* "$OUT"/w64/* \
     --out docs/figures/study_batch_pong
+# the second seeds of 512 and 2048 alone (2026-11-29: they ran on another machine, after the
+# first one's run directories were lost; the figure above then holds seed 0 only)
+dba3c plot "$OUT"/w16/w16-s1 "$OUT"/w64/w64-s1 --out docs/figures/study_batch_pong_seed1
 dba3c plot "$OUT"/w1/* "$OUT"/w1-bf16/* --out docs/figures/pong_small_bfloat16
 dba3c plot "$OUT"/w64/* "$OUT"/w64-eps1e-8/* "$OUT"/w64-eps1e-8-lr-sqrt/* "$OUT"/w64-paper-adam/* \
     "$OUT"/w64-eps1e-8-lr-linear/* \
