@@ -351,9 +351,9 @@ def comm_seconds(point: Point, num_params: int) -> float:
     and so do the parameters' changes in collective aggregation; a parameter server sends
     float32 parameters."""
     grad_shard, grad = link_seconds(point, num_params, point.wire_dtype)
-    shard, vector = link_seconds(point, num_params)
     if point.aggregation == "collective":
         return (point.workers - 1) / point.workers * 2 * grad
+    shard, vector = link_seconds(point, num_params)
     waited = point.replicas or point.workers
     return max(waited * grad_shard, grad) + max(point.workers * shard, vector)
 

@@ -151,12 +151,15 @@ class CollectiveClient:
         # bfloat16: this rank's shard's change and every rank's, gathered (uint16 bits: MPI
         # moves them without knowing the type; empty on the float32 wire); which buckets'
         # changes theta still lacks
-        changes = wire != "float32"
-        self._change = to_wire(np.zeros(plan.sizes[group.rank] * changes, np.float32), wire)
-        self._changes = to_wire(np.zeros(plan.num_params * changes, np.float32), wire)
+        self._changes_travel = wire != "float32"
+        self._change = to_wire(np.zeros(plan.sizes[group.rank] * self._changes_travel,
+                                        np.float32), wire)
+        self._changes = to_wire(np.zeros(plan.num_params * self._changes_travel, np.float32),
+                                wire)
         self._unlanded: set[int] = set()
+        self._pieces = plan.pieces(group.rank)  # this shard's [lo, hi) in theta, per bucket
         self._in_shard = [slice(o, o + hi - lo) for o, (lo, hi) in
-                          zip(plan.piece_offsets(group.rank), plan.pieces(group.rank))]
+                          zip(plan.piece_offsets(group.rank), self._pieces)]
         self._control = np.zeros(3, np.int64)
         self._sent = np.zeros(3, np.int64)
         self._lock = threading.Lock()
@@ -203,8 +206,7 @@ class CollectiveClient:
         requests: list[Request] = []
         theta_shard = self.shard.theta_shard
         with self._lock:
-            for b, (piece, (mine_lo, mine_hi)) in enumerate(
-                    zip(self._in_shard, self.plan.pieces(self.group.rank))):
+            for b, (piece, (mine_lo, mine_hi)) in enumerate(zip(self._in_shard, self._pieces)):
                 lo, hi = self.plan.bucket_bounds(b)
                 if self.plan.replicated(b):
                     self.theta[lo:hi] = theta_shard[piece]
@@ -305,7 +307,7 @@ class CollectiveClient:
             raise RuntimeError(f"step {self.shard.version} finished before buckets "
                                f"{sorted(self._unlanded)} of its parameters arrived")
         self.shard.offer(self.shard.version, mean)
-        arriving = self._allgathers(changes=self.wire != "float32")
+        arriving = self._allgathers(changes=self._changes_travel)
         self.stopping = (bool(self._control[STOP_REQUESTED])
                          or self.train.reached_max_steps(arriving.version))
         if arriving.nonfinite_streak >= self.train.max_nonfinite:  # the run ends here
