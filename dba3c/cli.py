@@ -134,7 +134,8 @@ def make_parser() -> argparse.ArgumentParser:
     sub.add_parser("submit", help="submit to Slurm with submitit (see `dba3c submit --help`)")
 
     p = sub.add_parser("plot", help="learning curves and scaling figures (PNG + CSV)")
-    p.add_argument("paths", nargs="+", help="run or sweep directories, scale results (.json)")
+    p.add_argument("paths", nargs="+", help="run or sweep directories, scale results (.json), "
+                   "learning curves' tables written by plot (.csv: their runs drawn again)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--score", type=finite_float, help="also the paper's Figure 8, predicted: "
                    "time to this evaluation score against workers (needs --node-rate)")

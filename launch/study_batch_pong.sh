@@ -100,6 +100,13 @@ dba3c plot "$OUT"/w1/* "$OUT"/w16/* "$OUT"/w64/* \
 # the second seeds of 512 and 2048 alone (2026-11-29: they ran on another machine, after the
 # first one's run directories were lost; the figure above then holds seed 0 only)
 dba3c plot "$OUT"/w16/w16-s1 "$OUT"/w64/w64-s1 --out docs/figures/study_batch_pong_seed1
+# both seeds of each batch as one band, from the two figures' tables (their runs are named
+# NAME-s<seed>; the directories of seed 0 are gone)
+tables=()
+for fig in eval_vs_data_points eval_vs_step online_vs_step; do
+    tables+=(docs/figures/study_batch_pong/$fig.csv docs/figures/study_batch_pong_seed1/$fig.csv)
+done
+dba3c plot "${tables[@]}" --out docs/figures/study_batch_pong_seeds
 dba3c plot "$OUT"/w1/* "$OUT"/w1-bf16/* --out docs/figures/pong_small_bfloat16
 dba3c plot "$OUT"/w64/* "$OUT"/w64-eps1e-8/* "$OUT"/w64-eps1e-8-lr-sqrt/* "$OUT"/w64-paper-adam/* \
     "$OUT"/w64-eps1e-8-lr-linear/* \

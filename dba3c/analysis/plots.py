@@ -12,7 +12,10 @@ Figures, by file stem:
   ``online_score``, ``online_vs_step``, ``throughput``, and ``sync_vs_async`` (paper fig. 3)
   when runs of both ``dist.mode`` values are present. Runs that differ only by seed
   (:func:`dba3c.analysis.runs.seed_groups`) are one curve: their mean with a min-max band,
-  the seed count in the legend (:func:`curve_table`);
+  the seed count in the legend (:func:`curve_table`). A learning curve's table that this
+  module wrote (``NAME.csv``) can be read back and drawn again with other runs
+  (:func:`read_curve_table`), the runs it records grouped by name
+  (:func:`recorded_curve_table`): the record of runs whose directories are gone;
 * from a sweep's ``sweep.csv``: ``time_to_target_vs_workers`` and ``throughput_vs_workers``
   (with the ideal linear scaling line), ``throughput_vs_hidden`` (paper fig. 6) and
   ``throughput_vs_ps`` (paper fig. 7), each only when its grid column varies in the sweep;
@@ -26,6 +29,7 @@ A figure whose table has no rows (e.g. no evaluation has finished yet) is left o
 from __future__ import annotations
 
 import csv
+import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -192,6 +196,13 @@ def _seed_rows(runs: list[Run], spec: _Curve) -> Table:
     held = [_COLUMNS[spec.ys[0]][0] == "evals" and ended_at_target(run) for run in runs]
     distinct = len({config_value(run.config, "run.seed") for run in runs}) == len(runs)
     label = f"{group_label(runs)} ({len(runs)} {'seeds' if distinct else 'runs'})"
+    return _spread_rows(label, per_run, held, spec)
+
+
+def _spread_rows(label: str, per_run: list[Table], held: list[bool], spec: _Curve) -> Table:
+    """Seeds' rows (``per_run``, each with the x and y columns of ``spec``) as one curve
+    called ``label`` (:func:`dba3c.analysis.runs.seed_curve`, ``held``: the seeds that keep
+    their last value to the end), in :func:`_seed_rows`' columns."""
     curves = {y: seed_curve([(_column(rows, spec.x), _column(rows, y)) for rows in per_run],
                             held) for y in spec.ys}
     table = []
@@ -216,16 +227,56 @@ def curve_table(runs: list[Run], spec: _Curve) -> Table:
     return table
 
 
-def learning_curve_tables(runs: list[Run]) -> dict[str, Table]:
+def learning_curve_tables(runs: list[Run],
+                          recorded: dict[str, Table] | None = None) -> dict[str, Table]:
     """The tables behind :func:`learning_curves`, by figure name (empty ones left out).
 
     Columns of a run's rows: ``run``, ``step``, ``minutes`` (and ``frames``), then
     ``eval_mean`` and ``eval_max`` (eval figures), ``hns`` (Atari-57 games only),
     ``online_score`` or ``data_points_per_s``; runs that differ only by seed share one
-    curve (:func:`curve_table`).
+    curve (:func:`curve_table`). ``recorded``: runs read back from curve tables, by figure
+    name (:func:`read_curve_table`), drawn after the runs (:func:`recorded_curve_table`).
+    Raises ValueError where a recorded curve and a run's curve have one name.
     """
-    tables = {name: curve_table(runs, spec) for name, spec in _CURVES.items()}
+    tables = {}
+    for name, spec in _CURVES.items():
+        live = curve_table(runs, spec)
+        kept = recorded_curve_table((recorded or {}).get(name, []), spec)
+        clash = set(_groups(live, "run")) & set(_groups(kept, "run"))
+        if clash:
+            raise ValueError(f"{name}: {', '.join(sorted(clash))} is both a run directory's "
+                             "curve and a recorded one; give one of them")
+        tables[name] = live + kept
     return {name: table for name, table in tables.items() if table}
+
+
+# a recorded run's seed at the end of its name: w1-s0, pong-seed2, breakout_64/seed1
+_SEED_MARK = re.compile(r"(?:^|[-_./])s(?:eed)?\d+$")
+
+
+def recorded_group(label: str) -> str:
+    """The experiment a run recorded in a curve table belongs to: its name without a seed
+    at its end (``w1-s0`` and ``w1-s1``: ``w1``; ``pong``, ``pong-seed1``: ``pong``)."""
+    return _SEED_MARK.sub("", label) or label
+
+
+def recorded_curve_table(rows: Table, spec: _Curve) -> Table:
+    """Runs recorded in curve tables (rows of :func:`read_curve_table`) as
+    :func:`curve_table` draws runs: a run alone as its rows, the runs of one
+    :func:`recorded_group` (seeds of one experiment) as one curve, ``NAME (N seeds)``. A
+    recorded run counts up to its last row only: whether it ended at its target is not in
+    the table."""
+    groups: dict[str, list[Table]] = {}
+    for label, run_rows in _groups(rows, "run").items():
+        groups.setdefault(recorded_group(label), []).append(run_rows)
+    table: Table = []
+    for name, per_run in groups.items():
+        if len(per_run) == 1:
+            table += per_run[0]
+        else:
+            table += _spread_rows(f"{name} ({len(per_run)} seeds)", per_run,
+                                  [False] * len(per_run), spec)
+    return table
 
 
 def sync_vs_async_table(runs: list[Run]) -> Table:
@@ -247,7 +298,7 @@ def _number(value: str | None, column: str) -> int | float | None:
     try:
         number = float(value)
     except ValueError:
-        raise ValueError(f"sweep column {column}: {value!r} is not a number") from None
+        raise ValueError(f"column {column}: {value!r} is not a number") from None
     return int(number) if number.is_integer() else number
 
 
@@ -501,6 +552,54 @@ def write_outputs(figures_and_tables: dict[str, tuple[Figure, Table]],
     return written
 
 
+def _cell(value: str, column: str) -> int | float:
+    """A curve table's cell as :func:`write_csv` wrote it: int where it is one (``3000``),
+    else float (``-21.0``)."""
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"column {column}: {value!r} is not a number") from None
+
+
+def read_curve_table(path: Path) -> tuple[str, Table]:
+    """A learning curve's table as :func:`write_outputs` wrote it, to be drawn again: the
+    figure's name (the file's, ``eval_vs_data_points.csv``: ``eval_vs_data_points``) and its
+    rows, numbers as written (:func:`_cell`), empty cells left out. Only a table of single
+    runs can be read: one that draws seeds as their mean has lost the seeds. Raises
+    ValueError naming the file and what is wrong with it."""
+    if path.stem not in _CURVES:
+        raise ValueError(f"{path}: not a learning curve's table (its name is one of "
+                         f"{', '.join(f'{name}.csv' for name in _CURVES)})")
+    spec = _CURVES[path.stem]
+    try:
+        with open(path, newline="", encoding="utf-8") as file:
+            reader = csv.DictReader(file)
+            columns = reader.fieldnames or []
+            missing = [c for c in ("run", spec.x, *spec.ys) if c not in columns]
+            if missing:
+                raise ValueError(f"no column {', '.join(missing)}")
+            if "seeds" in columns:
+                raise ValueError("its curves are means over seeds; give a table of single "
+                                 "runs (runs whose seeds were drawn apart)")
+            table = []
+            for line, row in enumerate(reader, start=2):
+                if None in row:
+                    raise ValueError(f"line {line}: more cells than columns")
+                try:
+                    table.append({"run": row["run"], **{
+                        key: _cell(value, key) for key, value in row.items()
+                        if key != "run" and value}})
+                except ValueError as e:
+                    raise ValueError(f"line {line}, {e}") from None
+    except (OSError, UnicodeDecodeError, csv.Error, ValueError) as e:
+        raise ValueError(f"{path}: {e}") from None
+    return path.stem, table
+
+
 def write_csv(path: Path, table: Table) -> None:
     """Write a table as CSV: columns in order of first appearance, empty cells for missing
     values."""
@@ -529,7 +628,9 @@ def plot_command(paths: list, out_dir: str | Path,
 
     A run directory has ``metrics.jsonl``; a sweep directory has ``sweep.csv``, and its
     ``ok`` runs join the learning curves and the sync-vs-async figure; a ``.json`` file is
-    the results of ``dba3c bench scale``. With several sweeps, each one's figures are
+    the results of ``dba3c bench scale``; a ``.csv`` file is a learning curve's table this
+    module wrote, whose runs are drawn again (:func:`read_curve_table`; a run in two tables
+    of one figure is refused). With several sweeps, each one's figures are
     prefixed with its directory name; several scale results are drawn together (e.g. a
     ``ps`` run and a collective run in one efficiency figure; a point in several, their
     mean). With ``figure8``, also ``figure8_predicted``: time to its score against workers
@@ -539,8 +640,19 @@ def plot_command(paths: list, out_dir: str | Path,
     from dba3c.training.rundir import read_scale_results
 
     run_dirs, sweeps, scales = [], [], []
+    recorded: dict[str, Table] = {}
+    recorded_in: dict[tuple[str, str], Path] = {}  # (figure, run): the table it came from
     for path in map(Path, paths):
-        if RunDir(path).is_run():
+        if path.suffix == ".csv" and path.is_file():
+            if any(path.samefile(seen) for seen in set(recorded_in.values())):
+                continue  # one table given twice
+            name, rows = read_curve_table(path)
+            for run in _groups(rows, "run"):
+                if (name, run) in recorded_in:
+                    raise ValueError(f"{path}: run {run} is in {recorded_in[name, run]} too")
+                recorded_in[name, run] = path
+            recorded.setdefault(name, []).extend(rows)
+        elif RunDir(path).is_run():
             run_dirs.append(path)
         elif SweepDir(path).is_sweep():
             rows = SweepDir(path).read_rows()
@@ -550,13 +662,16 @@ def plot_command(paths: list, out_dir: str | Path,
             scales.append((path, read_scale_results(path)))
         else:
             raise ValueError(f"{path}: expected a run directory (with {METRICS}), a "
-                             f"sweep directory (with {SWEEP_CSV}) or the .json results of "
-                             f"dba3c bench scale")
+                             f"sweep directory (with {SWEEP_CSV}), the .json results of "
+                             f"dba3c bench scale or a learning curve's .csv table")
     runs = load_runs(run_dirs)
-    tables = [("", learning_curve_tables(runs)),
+    tables = [("", learning_curve_tables(runs, recorded)),
               ("", {"sync_vs_async": sync_vs_async_table(runs)})]
-    tables += [(f"{path.name}_" if len(sweeps) > 1 else "", scaling_tables(rows))
-               for path, rows in sweeps]
+    for path, rows in sweeps:
+        try:
+            tables.append((f"{path.name}_" if len(sweeps) > 1 else "", scaling_tables(rows)))
+        except ValueError as e:
+            raise ValueError(f"{path / SWEEP_CSV}: {e}") from None
     if scales:
         tables.append(("", scale_tables({"points": [point for _, results in scales
                                                     for point in results["points"]]})))

@@ -95,6 +95,8 @@ CASES = [
      "--strategies poll-fast: strategy 'poll-fast': expected poll-<N>us, quick-<N>us or block"),
     (["bench", "stages", "--config", "configs/nope.yaml"], "'configs/nope.yaml' not found"),
     (["plot", "/nonexistent/run", "--out", "/tmp/x"], "/nonexistent/run"),
+    (["plot", "docs/figures/study_batch_pong/figure8_predicted_18.csv", "--out", "/tmp/x"],
+     "figure8_predicted_18.csv: not a learning curve's table"),
     (["evaluate", "/nonexistent/ckpt"], "not found: expected a checkpoint file or a run dir"),
     (["evaluate", "{bad_yaml}"], "is not a dba3c checkpoint"),
     (["evaluate", "{run}", "--video", "game.avi"], "must end in .mp4 or .gif"),

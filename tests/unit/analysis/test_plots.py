@@ -318,6 +318,78 @@ def test_plot_command_rejects_other_paths(tmp_path):
             plots.plot_command([bad], tmp_path / "out")
 
 
+def test_recorded_group_drops_a_seed_at_the_end_of_a_name():
+    cases = {"w1-s0": "w1", "w1-bf16-s12": "w1-bf16", "pong-seed2": "pong", "pong": "pong",
+             "breakout_64/seed1": "breakout_64", "pong_64_s1": "pong_64", "seed1": "seed1",
+             "run10": "run10", "w1-s0x": "w1-s0x", "pongs1": "pongs1"}
+    assert {label: plots.recorded_group(label) for label in cases} == cases
+
+
+def test_curve_tables_read_back_draw_their_runs_as_seeds_of_one_experiment(tmp_path):
+    # each seed's table written alone (so its rows are the run's own), as a study keeps
+    # them once the run directories are gone; read back together, w1-s0 and w1-s1 are one
+    # curve, w1-s1 leaving it after its last evaluation; w16-s0 stays a run of its own
+    seeds = [write_run(tmp_path / "runs" / "w1-s0", seed=0, metrics_times=[60, 120, 180],
+                       evals=[(60, -21.0), (120, -11.0), (180, 3.0)]),
+             write_run(tmp_path / "runs" / "w1-s1", seed=1, metrics_times=[60, 120],
+                       evals=[(60, -19.0), (120, -15.0)])]
+    other = write_run(tmp_path / "runs" / "w16-s0", train={"lr": 2e-3}, metrics_times=[60],
+                      evals=[(60, -20.0)])
+    tables = []
+    for index, (run, more) in enumerate([(seeds[0], [other]), (seeds[1], [])]):
+        plots.plot_command([run, *more], tmp_path / f"table{index}")
+        tables.append(tmp_path / f"table{index}" / "eval_vs_time.csv")
+    out = tmp_path / "again"
+    written = plots.plot_command([*tables, tables[0]], out)  # a table twice: once
+    assert {path.name for path in written} == {"eval_vs_time.png", "eval_vs_time.csv"}
+    with open(out / "eval_vs_time.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    got = [(r["run"], r["seeds"], r["minutes"], r["eval_mean"], r["eval_mean_min"],
+            r["eval_mean_max"]) for r in rows]
+    assert got == [("w1 (2 seeds)", "2", "1.0", "-20.0", "-21.0", "-19.0"),
+                   ("w1 (2 seeds)", "2", "2.0", "-13.0", "-15.0", "-11.0"),
+                   ("w1 (2 seeds)", "1", "3.0", "3.0", "3.0", "3.0"),
+                   ("w16-s0", "", "1.0", "-20.0", "", "")]
+    # the same curve as from the run directories themselves, where the seeds are one group
+    # by their configs (and named by their parent directory)
+    direct = plots.learning_curve_tables(load_runs(seeds))["eval_vs_time"]
+    assert [(r["minutes"], r["eval_mean"], r["eval_max_max"]) for r in direct] == [
+        (float(r["minutes"]), float(r["eval_mean"]), float(r["eval_max_max"]))
+        for r in rows[:3]]
+
+
+def test_recorded_runs_and_run_directories_are_drawn_together_unless_names_clash(tmp_path):
+    recorded = write_run(tmp_path / "old" / "w1-s0", metrics_times=[60], evals=[(60, -21.0)])
+    plots.plot_command([recorded], tmp_path / "table")
+    table = tmp_path / "table" / "eval_vs_time.csv"
+    live = write_run(tmp_path / "new" / "w1-bf16-s0", train={"lr": 2e-3}, metrics_times=[60],
+                     evals=[(60, -5.0)])
+    plots.plot_command([live, table], tmp_path / "both")
+    with open(tmp_path / "both" / "eval_vs_time.csv", newline="") as file:
+        assert [(r["run"], r["eval_mean"]) for r in csv.DictReader(file)] == [
+            ("w1-bf16-s0", "-5.0"), ("w1-s0", "-21.0")]
+    with pytest.raises(ValueError, match="eval_vs_time: w1-s0 is both a run directory's curve "
+                                         "and a recorded one"):
+        plots.plot_command([recorded, table], tmp_path / "clash")
+
+
+@pytest.mark.parametrize("name, text, error", [
+    ("figure8_predicted_10.csv", "run,workers\n", "not a learning curve's table"),
+    ("eval_vs_time.csv", "run,minutes,eval_mean\n", "no column eval_max"),
+    ("eval_vs_time.csv", "run,seeds,minutes,eval_mean,eval_max\na (2 seeds),2,1,0,1\n",
+     "its curves are means over seeds"),
+    ("eval_vs_time.csv", "run,minutes,eval_mean,eval_max\na,1,0,1\na,2,zero,1\n",
+     "line 3, column eval_mean: 'zero' is not a number"),
+    ("eval_vs_time.csv", "run,minutes,eval_mean,eval_max\na,1,0,1,7\n",
+     "line 2: more cells than columns"),
+])
+def test_a_table_that_cannot_be_drawn_again_is_refused_by_name(tmp_path, name, text, error):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"^{path}: {error}"):
+        plots.plot_command([path], tmp_path / "out")
+
+
 def test_draw_figure_rejects_unknown_name():
     with pytest.raises(ValueError, match="unknown figure 'nope'"):
         plots.draw_figure("nope", [])
