@@ -35,6 +35,14 @@ def positive_float(text: str) -> float:
     return value
 
 
+def patterns(text: str) -> list[str]:
+    """An option's comma-separated, non-empty shell patterns."""
+    items = text.split(",")
+    if "" in items:
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty pattern")
+    return items
+
+
 def rate_or_file(text: str) -> float | Path:
     """An option's rate above 0, or a path where the text is no number (read later)."""
     try:
@@ -144,6 +152,9 @@ def make_parser() -> argparse.ArgumentParser:
                    "file of `dba3c bench node` (its one process's rate)")
     p.add_argument("--link", type=positive_float, default=10.0, metavar="GBIT",
                    help="the scale results' link rate whose E(W) --score uses (default 10)")
+    p.add_argument("--only", type=patterns, default=[], metavar="PATTERN[,PATTERN...]",
+                   help="learning curves of only the runs whose name matches one of these "
+                   "shell patterns (a run directory's name, or a recorded run's in a .csv)")
 
     p = sub.add_parser("table", help="runs of the paper's games beside its Table 3: per game "
                        "and config, across seeds (Markdown + CSV + figure)")
@@ -334,7 +345,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
             raise UserError(f"--node-rate: {e}") from None
     figure8 = None if args.score is None else Figure8(args.score, rate, args.link)
     try:
-        written = plot_command(args.paths, args.out, figure8)
+        written = plot_command(args.paths, args.out, figure8, args.only)
     except ValueError as e:
         raise UserError(str(e)) from None
     for path in written:

@@ -29,9 +29,10 @@ A figure whose table has no rows (e.g. no evaluation has finished yet) is left o
 from __future__ import annotations
 
 import csv
+import fnmatch
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from statistics import mean
 from typing import Any, NamedTuple
@@ -610,6 +611,12 @@ def write_csv(path: Path, table: Table) -> None:
         writer.writerows(table)
 
 
+def chosen(name: str, patterns: Sequence[str]) -> bool:
+    """Whether a run's name matches one of the shell ``patterns`` (``w1-*``; a run read
+    together with another of its name is ``parent/name``, which ``*/name`` matches)."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
 class Figure8(NamedTuple):
     """What ``dba3c plot --score S --node-rate R`` predicts the paper's Figure 8 with
     (:mod:`dba3c.analysis.figure8`): the score, one node's data points/s, and which scale
@@ -621,8 +628,8 @@ class Figure8(NamedTuple):
     hidden: int = 128
 
 
-def plot_command(paths: list, out_dir: str | Path,
-                 figure8: Figure8 | None = None) -> list[Path]:
+def plot_command(paths: list, out_dir: str | Path, figure8: Figure8 | None = None,
+                 only: Sequence[str] = ()) -> list[Path]:
     """``dba3c plot PATH... --out DIR``: all figures (PNG + CSV) for run and sweep
     directories; returns the files written.
 
@@ -635,7 +642,10 @@ def plot_command(paths: list, out_dir: str | Path,
     ``ps`` run and a collective run in one efficiency figure; a point in several, their
     mean). With ``figure8``, also ``figure8_predicted``: time to its score against workers
     from the runs (their W: :func:`dba3c.analysis.figure8.run_workers`) and the scale
-    results' E(W). Raises ValueError naming a path that is none of these.
+    results' E(W). ``only``: shell patterns; where given, the learning curves and the
+    predicted Figure 8 take only the runs whose name (a run directory's, or a recorded run's)
+    matches one of them (:func:`chosen`). Raises ValueError naming a path that is none of
+    these, or the patterns where no run matches them.
     """
     from dba3c.training.rundir import read_scale_results
 
@@ -665,6 +675,12 @@ def plot_command(paths: list, out_dir: str | Path,
                              f"sweep directory (with {SWEEP_CSV}), the .json results of "
                              f"dba3c bench scale or a learning curve's .csv table")
     runs = load_runs(run_dirs)
+    if only:
+        runs = [run for run in runs if chosen(run.name, only)]
+        recorded = {name: [row for row in rows if chosen(row["run"], only)]
+                    for name, rows in recorded.items()}
+        if not runs and not any(recorded.values()):
+            raise ValueError(f"--only {','.join(only)}: no run's name matches")
     tables = [("", learning_curve_tables(runs, recorded)),
               ("", {"sync_vs_async": sync_vs_async_table(runs)})]
     for path, rows in sweeps:

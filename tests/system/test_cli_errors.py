@@ -97,6 +97,8 @@ CASES = [
     (["plot", "/nonexistent/run", "--out", "/tmp/x"], "/nonexistent/run"),
     (["plot", "docs/figures/study_batch_pong/figure8_predicted_18.csv", "--out", "/tmp/x"],
      "figure8_predicted_18.csv: not a learning curve's table"),
+    (["plot", "docs/figures/study_batch_pong/eval_vs_step.csv", "--out", "/tmp/x", "--only",
+      "w1-s0,"], "argument --only: 'w1-s0,' has an empty pattern"),
     (["evaluate", "/nonexistent/ckpt"], "not found: expected a checkpoint file or a run dir"),
     (["evaluate", "{bad_yaml}"], "is not a dba3c checkpoint"),
     (["evaluate", "{run}", "--video", "game.avi"], "must end in .mp4 or .gif"),

@@ -373,6 +373,23 @@ def test_recorded_runs_and_run_directories_are_drawn_together_unless_names_clash
         plots.plot_command([recorded, table], tmp_path / "clash")
 
 
+def test_only_keeps_the_runs_whose_name_matches_a_pattern(tmp_path):
+    recorded = [write_run(tmp_path / "old" / name, train={"lr": lr}, metrics_times=[60],
+                          evals=[(60, score)])
+                for name, lr, score in (("w1-s0", 1e-3, -21.0), ("w16-s0", 3e-3, -20.0))]
+    plots.plot_command(recorded, tmp_path / "table")
+    table = tmp_path / "table" / "eval_vs_time.csv"
+    live = [write_run(tmp_path / "new" / name, train={"lr": 2e-3}, metrics_times=[60],
+                      evals=[(60, score)])
+            for name, score in (("w1-bf16-s0", -5.0), ("w16-bf16-s0", -7.0))]
+    plots.plot_command([*live, table], tmp_path / "w1", only=["w1-*"])
+    with open(tmp_path / "w1" / "eval_vs_time.csv", newline="") as file:
+        assert [(r["run"], r["eval_mean"]) for r in csv.DictReader(file)] == [
+            ("w1-bf16-s0", "-5.0"), ("w1-s0", "-21.0")]
+    with pytest.raises(ValueError, match="^--only w2-\\*,x: no run's name matches"):
+        plots.plot_command([*live, table], tmp_path / "none", only=["w2-*", "x"])
+
+
 @pytest.mark.parametrize("name, text, error", [
     ("figure8_predicted_10.csv", "run,workers\n", "not a learning curve's table"),
     ("eval_vs_time.csv", "run,minutes,eval_mean\n", "no column eval_max"),
