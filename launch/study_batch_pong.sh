@@ -87,6 +87,9 @@ run w16 16 1
 run w1-eps1e-8 0 0 adam.epsilon=1e-8
 run w1-bf16 0 0 model.precision=bfloat16
 run w1-bf16 0 1 model.precision=bfloat16
+# a third float32 seed at one worker: seed 1's curve went with the first machine's run
+# directories (2026-11-29), and the bfloat16 seeds are compared with the float32 seeds' spread
+run w1 0 2
 # does 2048 learn given more updates? The cluster preset's Adam resumes to 20 M data points
 # (9,766 updates; train.max_steps may change on a resume), about 4 hours here
 BUDGET=20000000 run w64-paper-adam 64 0 train.lr=0.001 adam.beta1=0.8 adam.beta2=0.75 \
@@ -107,11 +110,22 @@ for fig in eval_vs_data_points eval_vs_step online_vs_step; do
     tables+=(docs/figures/study_batch_pong/$fig.csv docs/figures/study_batch_pong_seed1/$fig.csv)
 done
 dba3c plot "${tables[@]}" --out docs/figures/study_batch_pong_seeds
-dba3c plot "$OUT"/w1/* "$OUT"/w1-bf16/* --out docs/figures/pong_small_bfloat16
 dba3c plot "$OUT"/w64/* "$OUT"/w64-eps1e-8/* "$OUT"/w64-eps1e-8-lr-sqrt/* "$OUT"/w64-paper-adam/* \
     "$OUT"/w64-eps1e-8-lr-linear/* \
     --out docs/figures/study_batch_pong_2048   # Adam at 2048: epsilon and the learning rate
-dba3c plot "$OUT"/w1/* "$OUT"/w1-eps1e-8/* --out docs/figures/study_batch_pong_eps_w1
+# the one-worker runs of this machine, each its own curve (their settings differ), so the
+# tables keep each run's rows; then with the first machine's seed 0 (from its table): the
+# float32 seeds as one band against bfloat16's, and against epsilon 1e-8
+dba3c plot "$OUT"/w1/w1-s2 "$OUT"/w1-bf16/w1-bf16-s0 "$OUT"/w1-eps1e-8/w1-eps1e-8-s0 \
+    --out docs/figures/study_batch_pong_w1
+dba3c plot "$OUT"/w1-bf16/w1-bf16-s1 --out docs/figures/study_batch_pong_w1_bf16_seed1
+w1_tables=()
+for fig in eval_vs_data_points online_vs_step; do
+    w1_tables+=(docs/figures/study_batch_pong/$fig.csv docs/figures/study_batch_pong_w1/$fig.csv
+                docs/figures/study_batch_pong_w1_bf16_seed1/$fig.csv)
+done
+dba3c plot "${w1_tables[@]}" --only 'w1-s*,w1-bf16-*' --out docs/figures/pong_small_bfloat16
+dba3c plot "${w1_tables[@]}" --only 'w1-s*,w1-eps1e-8-*' --out docs/figures/study_batch_pong_eps_w1
 # the paper's Figure 8 predicted (docs/results.md): T(W) = D(32 W) / (W R E(W)), R one node's
 # data points/s (`dba3c bench node`: one process of the preset, end to end, on this machine),
 # E(W) the emulated cluster's charged efficiency (launch/scale_charged.sh: W = 16, 64, 128 at
