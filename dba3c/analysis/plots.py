@@ -194,7 +194,7 @@ def _seed_rows(runs: list[Run], spec: _Curve) -> Table:
     those seeds, ``<y>_min`` and ``<y>_max``. In evaluation curves a seed that ended at its
     target keeps its last score to the end."""
     per_run = [_run_rows(run, spec) for run in runs]
-    held = [_COLUMNS[spec.ys[0]][0] == "evals" and ended_at_target(run) for run in runs]
+    held = [_held(run, spec) for run in runs]
     distinct = len({config_value(run.config, "run.seed") for run in runs}) == len(runs)
     label = f"{group_label(runs)} ({len(runs)} {'seeds' if distinct else 'runs'})"
     return _spread_rows(label, per_run, held, spec)
@@ -215,14 +215,24 @@ def _spread_rows(label: str, per_run: list[Table], held: list[bool], spec: _Curv
     return table
 
 
+def _held(run: Run, spec: _Curve) -> bool:
+    """Whether the run keeps its last value to the end of a curve of seeds: an evaluation
+    curve's run that ended at its target (:func:`dba3c.analysis.runs.ended_at_target`)."""
+    return _COLUMNS[spec.ys[0]][0] == "evals" and ended_at_target(run)
+
+
 def curve_table(runs: list[Run], spec: _Curve) -> Table:
     """One learning curve's table: a run alone as its rows (:func:`_run_rows`, with column
-    ``run`` its name first), the seeds of one experiment
-    (:func:`dba3c.analysis.runs.seed_groups`) as one curve (:func:`_seed_rows`)."""
+    ``run`` its name first, and ``ended_at_target`` 1 where it keeps its last value in a
+    curve of seeds, :func:`_held`, so that the table read back says so too), the seeds of
+    one experiment (:func:`dba3c.analysis.runs.seed_groups`) as one curve
+    (:func:`_seed_rows`)."""
     table = []
     for group in seed_groups(runs):
         if len(group) == 1:
-            table += [{"run": group[0].name, **row} for row in _run_rows(group[0], spec)]
+            mark = {"ended_at_target": 1} if _held(group[0], spec) else {}
+            table += [{"run": group[0].name, **row, **mark}
+                      for row in _run_rows(group[0], spec)]
         else:
             table += _seed_rows(group, spec)
     return table
@@ -265,8 +275,8 @@ def recorded_curve_table(rows: Table, spec: _Curve) -> Table:
     """Runs recorded in curve tables (rows of :func:`read_curve_table`) as
     :func:`curve_table` draws runs: a run alone as its rows, the runs of one
     :func:`recorded_group` (seeds of one experiment) as one curve, ``NAME (N seeds)``. A
-    recorded run counts up to its last row only: whether it ended at its target is not in
-    the table."""
+    recorded run whose rows say ``ended_at_target`` keeps its last value to the curve's
+    end; any other counts up to its last row."""
     groups: dict[str, list[Table]] = {}
     for label, run_rows in _groups(rows, "run").items():
         groups.setdefault(recorded_group(label), []).append(run_rows)
@@ -275,8 +285,8 @@ def recorded_curve_table(rows: Table, spec: _Curve) -> Table:
         if len(per_run) == 1:
             table += per_run[0]
         else:
-            table += _spread_rows(f"{name} ({len(per_run)} seeds)", per_run,
-                                  [False] * len(per_run), spec)
+            held = [bool(rows[-1].get("ended_at_target")) for rows in per_run]
+            table += _spread_rows(f"{name} ({len(per_run)} seeds)", per_run, held, spec)
     return table
 
 

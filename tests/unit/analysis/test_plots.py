@@ -358,6 +358,29 @@ def test_curve_tables_read_back_draw_their_runs_as_seeds_of_one_experiment(tmp_p
         for r in rows[:3]]
 
 
+def test_a_recorded_run_that_ended_at_its_target_keeps_its_score_in_the_band(tmp_path):
+    # seed 0 stops at its target (20.5 at 1 min); read back beside seed 1 it keeps 20.5 at
+    # 2 min, as it does when both are drawn from their run directories
+    target = {"target_score": 20}
+    seeds = [write_run(tmp_path / "runs" / "w4-s0", seed=0,
+                       eval={**target, "stop_at_target": True}, metrics_times=[60],
+                       evals=[(60, 20.5)]),
+             write_run(tmp_path / "runs" / "w4-s1", seed=1, eval=target,
+                       metrics_times=[60, 120], evals=[(60, -21.0), (120, -11.0)])]
+    tables = []
+    for index, run in enumerate(seeds):
+        plots.plot_command([run], tmp_path / f"table{index}")
+        tables.append(tmp_path / f"table{index}" / "eval_vs_time.csv")
+    with open(tables[0], newline="") as file:
+        assert [r["ended_at_target"] for r in csv.DictReader(file)] == ["1"]
+    plots.plot_command(tables, tmp_path / "again")
+    with open(tmp_path / "again" / "eval_vs_time.csv", newline="") as file:
+        got = [(r["seeds"], r["minutes"], r["eval_mean"]) for r in csv.DictReader(file)]
+    assert got == [("2", "1.0", "-0.25"), ("2", "2.0", "4.75")]
+    direct = plots.learning_curve_tables(load_runs(seeds))["eval_vs_time"]
+    assert [(r["seeds"], r["eval_mean"]) for r in direct] == [(2, -0.25), (2, 4.75)]
+
+
 def test_recorded_runs_and_run_directories_are_drawn_together_unless_names_clash(tmp_path):
     recorded = write_run(tmp_path / "old" / "w1-s0", metrics_times=[60], evals=[(60, -21.0)])
     plots.plot_command([recorded], tmp_path / "table")
