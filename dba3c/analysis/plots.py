@@ -306,11 +306,8 @@ def _number(value: str | None, column: str) -> int | float | None:
     """A sweep.csv cell as int or float; None when empty."""
     if value is None or value == "":
         return None
-    try:
-        number = float(value)
-    except ValueError:
-        raise ValueError(f"column {column}: {value!r} is not a number") from None
-    return int(number) if number.is_integer() else number
+    number = _cell(value, column)
+    return int(number) if float(number).is_integer() else number
 
 
 def scaling_tables(rows: list[dict]) -> dict[str, Table]:
@@ -662,10 +659,12 @@ def plot_command(paths: list, out_dir: str | Path, figure8: Figure8 | None = Non
     run_dirs, sweeps, scales = [], [], []
     recorded: dict[str, Table] = {}
     recorded_in: dict[tuple[str, str], Path] = {}  # (figure, run): the table it came from
+    tables_read: set[Path] = set()
     for path in map(Path, paths):
         if path.suffix == ".csv" and path.is_file():
-            if any(path.samefile(seen) for seen in set(recorded_in.values())):
+            if path.resolve() in tables_read:
                 continue  # one table given twice
+            tables_read.add(path.resolve())
             name, rows = read_curve_table(path)
             for run in _groups(rows, "run"):
                 if (name, run) in recorded_in:
