@@ -98,21 +98,36 @@ if [ "$SLOTS" -gt 1 ]; then  # the other slots may still train: no figures, no t
     echo "slot $SLOT of $SLOTS done; when every slot is, run this again without SLOTS: figures"
     exit 0
 fi
-dba3c plot "$OUT"/w1/* "$OUT"/w16/* "$OUT"/w64/* \
-    --out docs/figures/study_batch_pong
+have() {  # every run directory named exists (with its metrics)
+    for dir in "$@"; do [ -f "$OUT/$dir/metrics.jsonl" ] || return 1; done
+}
+# Seed 0 of every setting but bfloat16 ran on the first machine (2026-11-26 to 29), whose run
+# directories are gone: the tables of docs/figures/study_batch_pong and study_batch_pong_2048
+# are their record (each run's rows; eval_vs_data_points.csv with each run's W), so those two
+# figures are drawn again only where their runs' directories are here (a reproduction)
+if have w1/w1-s0 w16/w16-s0 w64/w64-s0; then
+    dba3c plot "$OUT"/w1/w1-s0 "$OUT"/w16/w16-s0 "$OUT"/w64/w64-s0 \
+        --out docs/figures/study_batch_pong
+fi
+if have w64/w64-s0 w64-eps1e-8/w64-eps1e-8-s0 w64-eps1e-8-lr-sqrt/w64-eps1e-8-lr-sqrt-s0; then
+    dba3c plot "$OUT"/w64/w64-s0 "$OUT"/w64-eps1e-8/* "$OUT"/w64-eps1e-8-lr-sqrt/* \
+        "$OUT"/w64-paper-adam/* "$OUT"/w64-eps1e-8-lr-linear/* \
+        --out docs/figures/study_batch_pong_2048   # Adam at 2048: epsilon and the learning rate
+fi
 # the second seeds of 512 and 2048 alone (2026-11-29: they ran on another machine, after the
-# first one's run directories were lost; the figure above then holds seed 0 only)
+# first one's run directories were lost)
 dba3c plot "$OUT"/w16/w16-s1 "$OUT"/w64/w64-s1 --out docs/figures/study_batch_pong_seed1
 # both seeds of each batch as one band, from the two figures' tables (their runs are named
-# NAME-s<seed>; the directories of seed 0 are gone)
+# NAME-s<seed>)
 tables=()
 for fig in eval_vs_data_points eval_vs_step online_vs_step; do
     tables+=(docs/figures/study_batch_pong/$fig.csv docs/figures/study_batch_pong_seed1/$fig.csv)
 done
 dba3c plot "${tables[@]}" --out docs/figures/study_batch_pong_seeds
-dba3c plot "$OUT"/w64/* "$OUT"/w64-eps1e-8/* "$OUT"/w64-eps1e-8-lr-sqrt/* "$OUT"/w64-paper-adam/* \
-    "$OUT"/w64-eps1e-8-lr-linear/* \
-    --out docs/figures/study_batch_pong_2048   # Adam at 2048: epsilon and the learning rate
+# the cluster preset's Adam at 2048 resumed to 20 M data points, beside the two seeds of the
+# single-node Adam at 2048 (5 M each, from their tables)
+dba3c plot "$OUT"/w64-paper-adam/w64-paper-adam-s0 "${tables[@]}" \
+    --only 'w64-s*,w64-paper-adam-s0' --out docs/figures/study_batch_pong_2048_20m
 # the one-worker runs of this machine, each its own curve (their settings differ), so the
 # tables keep each run's rows; then with the first machine's seed 0 (from its table): the
 # float32 seeds as one band against bfloat16's, and against epsilon 1e-8
@@ -132,9 +147,14 @@ dba3c plot "${w1_tables[@]}" --only 'w1-s*,w1-eps1e-8-*' --out docs/figures/stud
 # FC 128 over 10 Gb/s), at greedy 18 and at 10 (what the one-worker seed 0 reached by 5 M)
 node=bench/node_pong_small.json
 [ -f "$node" ] || dba3c bench node --config configs/pong_small.yaml --quick --out "$node"
+# each setting's seeds from the tables that record them (the one-worker seeds 0 and 2, the
+# 512 and 2048 seeds 0 and 1): its band
 tmp=$(mktemp -d)
+seeds=(docs/figures/study_batch_pong/eval_vs_data_points.csv
+       docs/figures/study_batch_pong_seed1/eval_vs_data_points.csv
+       docs/figures/study_batch_pong_w1/eval_vs_data_points.csv)
 for score in 18 10; do  # the figure and its table only (plot also redraws the curves)
-    dba3c plot "$OUT"/w1/* "$OUT"/w16/* "$OUT"/w64/* bench/charged/w*-fc128-10-*.json \
+    dba3c plot "${seeds[@]}" bench/charged/w*-fc128-10-*.json --only 'w1-s*,w16-s*,w64-s*' \
         --score "$score" --node-rate "$node" --out "$tmp/$score"
     for ext in png csv; do
         cp "$tmp/$score/figure8_predicted.$ext" \

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from statistics import mean
-from typing import Any
+from typing import Any, NamedTuple
 
 from matplotlib.figure import Figure
 
@@ -43,6 +43,17 @@ def effective_batch(config: dict) -> int:
     return run_workers(config) * int(config_value(config, "train.batch_size"))
 
 
+class Seed(NamedTuple):
+    """One seed of a setting as the prediction reads it: the setting's workers W and
+    effective batch (data points a step), the data points at which the seed first reached
+    the score (None: it did not) and those it trained on."""
+
+    workers: int
+    effective_batch: int
+    reached: int | None
+    trained: int
+
+
 def data_points_to_score(run: Run, score: float) -> int | None:
     """The data points a run had trained on at its first evaluation whose mean is at least
     ``score``: that evaluation's step x the :func:`effective_batch`; None when no
@@ -54,6 +65,14 @@ def data_points_to_score(run: Run, score: float) -> int | None:
 def data_points_trained(run: Run) -> int:
     """The data points of a run's last logged step (0 before its first)."""
     return run.metrics[-1]["step"] * effective_batch(run.config) if run.metrics else 0
+
+
+def run_seeds(runs: list[Run], score: float) -> list[list[Seed]]:
+    """Run directories as :class:`Seed` s, the seeds of one experiment
+    (:func:`dba3c.analysis.runs.seed_groups`) together."""
+    return [[Seed(run_workers(run.config), effective_batch(run.config),
+                  data_points_to_score(run, score), data_points_trained(run))
+             for run in group] for group in seed_groups(runs)]
 
 
 def efficiency_by_workers(points: Sequence[Mapping[str, Any]], link_gbit: float,
@@ -74,22 +93,23 @@ def efficiency_by_workers(points: Sequence[Mapping[str, Any]], link_gbit: float,
     return best
 
 
-def predicted_rows(runs: list[Run], score: float, node_rate: float,
+def predicted_rows(settings: list[list[Seed]], score: float, node_rate: float,
                    efficiency: Mapping[int, float]) -> list[dict]:
-    """One row per seed group of ``runs`` (a setting: its W): the seeds that reached
-    ``score``, the spread of their data points to it, E(W), and the predicted hours
-    (:func:`predicted_hours`: mean and the seeds' low and high), in order of W. A group
-    none of whose seeds reached the score, or whose W has no measured E, gives the data
+    """One row per setting (its seeds; its W and effective batch: its first seed's): the
+    seeds that reached ``score``, the spread of their data points to it, E(W), and the
+    predicted hours (:func:`predicted_hours`: mean and the seeds' low and high), in order
+    of W. A setting none of whose seeds reached the score, or whose W has no measured E,
+    gives the data
     points it trained on (``not_reached_within``) and no prediction; with a measured E, the
     time those data points take is its lower bound (``hours_at_least``)."""
     rows = []
-    for group in seed_groups(runs):
-        workers = run_workers(group[0].config)
-        reached = spread([data_points_to_score(run, score) for run in group])
+    for seeds in settings:
+        workers = seeds[0].workers
+        reached = spread([seed.reached for seed in seeds])
         row: dict[str, Any] = {
             "series": "predicted", "workers": workers,
-            "effective_batch": effective_batch(group[0].config),
-            "seeds": len(group), "seeds_reached": reached.n if reached else 0,
+            "effective_batch": seeds[0].effective_batch,
+            "seeds": len(seeds), "seeds_reached": reached.n if reached else 0,
             "score": score, "node_data_points_per_s": node_rate,
             "efficiency": efficiency.get(workers)}
         if reached and row["efficiency"]:
@@ -99,7 +119,7 @@ def predicted_rows(runs: list[Run], score: float, node_rate: float,
                                                   row["efficiency"])
                     for i, k in enumerate(("mean", "low", "high"))}
         else:
-            row["not_reached_within"] = min(data_points_trained(run) for run in group)
+            row["not_reached_within"] = min(seed.trained for seed in seeds)
             if row["efficiency"]:
                 row["hours_at_least"] = predicted_hours(row["not_reached_within"], workers,
                                                         node_rate, row["efficiency"])
@@ -113,12 +133,12 @@ def predicted_hours(data_points: float, workers: int, node_rate: float,
     return data_points / (workers * node_rate * efficiency) / 3600
 
 
-def figure8_table(runs: list[Run], score: float, node_rate: float,
+def figure8_table(settings: list[list[Seed]], score: float, node_rate: float,
                   efficiency: Mapping[int, float]) -> list[dict]:
     """:func:`predicted_rows`, the linear speed-up from the smallest predicted W (T_W0 W0 /
     W at that W and every larger one, predicted or not: where a lower bound lies against
     it) and the paper's points (series ``paper``)."""
-    rows = predicted_rows(runs, score, node_rate, efficiency)
+    rows = predicted_rows(settings, score, node_rate, efficiency)
     known = [row for row in rows if "hours_mean" in row]
     if known:
         first = known[0]
@@ -132,7 +152,7 @@ def figure8_table(runs: list[Run], score: float, node_rate: float,
 def draw_figure8(table: list[dict]) -> Figure:
     """Log-log hours against workers: the prediction with the seeds' low-high as error
     bars, its linear speed-up dotted, the lower bounds of the Ws not reached as carets,
-    the paper's points."""
+    the paper's points; beside each of ours, how many of its seeds reached the score."""
     figure = Figure(figsize=(7, 4.5), layout="constrained")
     axes = figure.add_subplot()
     ours = [row for row in table if row["series"] == "predicted" and "hours_mean" in row]
@@ -149,6 +169,10 @@ def draw_figure8(table: list[dict]) -> Figure:
     if bounds:
         axes.plot([r["workers"] for r in bounds], [r["hours_at_least"] for r in bounds], "^",
                   color="C1", label="not reached: at least its budget's time")
+    for row in ours + bounds:
+        axes.annotate(f"{row['seeds_reached']}/{row['seeds']} seeds",
+                      (row["workers"], row.get("hours_mean", row.get("hours_at_least"))),
+                      textcoords="offset points", xytext=(6, 4), fontsize="x-small")
     paper = [row for row in table if row["series"] == PAPER_LABEL]
     axes.plot([r["workers"] for r in paper], [r["hours_mean"] for r in paper], "s--",
               color="C3", label=PAPER_LABEL)

@@ -41,10 +41,13 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter, NullLocator
 
 from dba3c.analysis.figure8 import (
+    Seed,
     draw_figure8,
     effective_batch,
     efficiency_by_workers,
     figure8_table,
+    run_seeds,
+    run_workers,
 )
 from dba3c.analysis.runs import (
     Run,
@@ -165,7 +168,8 @@ def _run_rows(run: Run, spec: _Curve) -> Table:
     are the training frames at the record's step (:func:`dba3c.analysis.runs.totals_at`),
     ``data_points`` the step x its effective batch
     (:func:`dba3c.analysis.figure8.effective_batch`; no rows where the config does not say
-    ``train.batch_size``)."""
+    ``train.batch_size``), then its ``workers`` W, which a predicted Figure 8 reads back
+    (:func:`recorded_seeds`)."""
     source = _COLUMNS[spec.ys[0]][0]
     rows = []
     for record in getattr(run, source):
@@ -181,9 +185,9 @@ def _run_rows(run: Run, spec: _Curve) -> Table:
     elif spec.x == "data_points":
         if config_value(run.config, "train.batch_size") is None:
             return []
-        batch = effective_batch(run.config)
-        rows = [{"step": row["step"], "data_points": row["step"] * batch, **row}
-                for row in rows]
+        batch, workers = effective_batch(run.config), run_workers(run.config)
+        rows = [{"step": row["step"], "data_points": row["step"] * batch, "workers": workers,
+                 **row} for row in rows]
     return rows
 
 
@@ -288,6 +292,27 @@ def recorded_curve_table(rows: Table, spec: _Curve) -> Table:
             held = [bool(rows[-1].get("ended_at_target")) for rows in per_run]
             table += _spread_rows(f"{name} ({len(per_run)} seeds)", per_run, held, spec)
     return table
+
+
+def recorded_seeds(rows: Table, score: float) -> list[list[Seed]]:
+    """Runs recorded in an ``eval_vs_data_points`` table (rows of :func:`read_curve_table`)
+    as the predicted Figure 8's seeds, the runs of one :func:`recorded_group` together: W
+    from the ``workers`` column, the effective batch from data points / step, the data
+    points of the first evaluation at ``score`` or above, and those of the last as the
+    data points trained. Raises ValueError naming a run whose rows have no ``workers``
+    (tables written before that column; :func:`_run_rows`)."""
+    groups: dict[str, list[Seed]] = {}
+    for label, run_rows in _groups(rows, "run").items():
+        if any("workers" not in row for row in run_rows):
+            raise ValueError(f"run {label}: its eval_vs_data_points rows have no workers "
+                             "column, which the predicted Figure 8 needs; draw its table "
+                             "again from its run directory")
+        first = run_rows[0]
+        reached = [row["data_points"] for row in run_rows if row["eval_mean"] >= score]
+        groups.setdefault(recorded_group(label), []).append(Seed(
+            first["workers"], first["data_points"] // first["step"],
+            reached[0] if reached else None, run_rows[-1]["data_points"]))
+    return list(groups.values())
 
 
 def sync_vs_async_table(runs: list[Run]) -> Table:
@@ -704,7 +729,12 @@ def plot_command(paths: list, out_dir: str | Path, figure8: Figure8 | None = Non
                for prefix, named in tables for name, table in named.items() if table}
     if figure8:
         points = [point for _, results in scales for point in results["points"]]
-        table = figure8_table(runs, figure8.score, figure8.node_rate,
+        settings = run_seeds(runs, figure8.score) + recorded_seeds(
+            recorded.get("eval_vs_data_points", []), figure8.score)
+        if not settings:
+            raise ValueError(f"--score {figure8.score:g}: no run directory or "
+                             "eval_vs_data_points table to predict Figure 8 from")
+        table = figure8_table(settings, figure8.score, figure8.node_rate,
                               efficiency_by_workers(points, figure8.link_gbit, figure8.hidden))
         outputs["figure8_predicted"] = (draw_figure8(table), table)
     return write_outputs(outputs, out_dir)

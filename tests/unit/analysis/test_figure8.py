@@ -62,7 +62,7 @@ def test_prediction_rows_by_hand(tmp_path):
                       study_run(tmp_path / "w64" / "w64-s1", 64, 1, [0, 0]),      # never
                       study_run(tmp_path / "w16" / "w16-s0", 16, 0, [0, 1])])     # never
     rate, efficiency = 100.0, {1: 1.0, 64: 0.8, 16: 0.9}
-    rows = figure8.figure8_table(runs, SCORE, rate, efficiency)
+    rows = figure8.figure8_table(figure8.run_seeds(runs, SCORE), SCORE, rate, efficiency)
     ours = {row["workers"]: row for row in rows if row["series"] == "predicted"}
     assert list(ours) == [1, 16, 64]
     one, sixty_four = ours[1], ours[64]
@@ -85,7 +85,7 @@ def test_prediction_rows_by_hand(tmp_path):
 
 def test_a_w_without_measured_efficiency_gets_no_prediction(tmp_path):
     runs = load_runs([study_run(tmp_path / "w16", 16, 0, [19])])
-    row, = figure8.predicted_rows(runs, SCORE, 100.0, {1: 1.0})
+    row, = figure8.predicted_rows(figure8.run_seeds(runs, SCORE), SCORE, 100.0, {1: 1.0})
     assert row["efficiency"] is None and row["not_reached_within"] == 10 * 512
     assert "hours_at_least" not in row
 
@@ -107,3 +107,63 @@ def test_plot_command_writes_the_predicted_figure_from_runs_and_scale_results(tm
         [640 / 50 / 3600, float("nan"), 20480 / (64 * 50 * 0.5) / 3600], nan_ok=True)
     # W = 16 did not reach it in 30 steps of 512: at least that long
     assert float(rows[1]["hours_at_least"]) == pytest.approx(30 * 512 / (16 * 50 * 0.8) / 3600)
+
+
+def scale_file(path, efficiency: dict[int, float]):
+    path.write_text(json.dumps({"points": [
+        {**point(w, e), "step_ms": 20.0, "model_step_ms": 18.0, "data_points_per_s": 1.0}
+        for w, e in efficiency.items()]}))
+    return path
+
+
+def read_rows(path) -> list[dict]:
+    with open(path, newline="") as file:
+        return [r for r in csv.DictReader(file) if r["series"] == "predicted"]
+
+
+def test_the_prediction_from_recorded_tables_is_the_one_from_their_run_directories(
+        tmp_path):
+    # seeds whose run directories are gone are drawn from the curve table they left; each
+    # run's last evaluation is its last step here, so the budgets agree too
+    runs = [study_run(tmp_path / "w1" / "w1-s0", 0, 0, [0, 18]),      # 1280 dp
+            study_run(tmp_path / "w1" / "w1-s2", 0, 2, [0, 0, 0, 19]),  # 2560 dp
+            study_run(tmp_path / "w64" / "w64-s0", 64, 0, [0, 18.5]),   # 40960 dp
+            study_run(tmp_path / "w16" / "w16-s0", 16, 0, [0, 1])]     # never
+    scale = scale_file(tmp_path / "scale.json", {64: 0.5, 16: 0.8})
+    figure = plots.Figure8(SCORE, node_rate=50.0)
+    plots.plot_command([*runs, scale], tmp_path / "live", figure)
+    # the tables of two figures, each seed of a setting in another (as the seeds of two
+    # machines), so that each keeps its runs apart
+    plots.plot_command([runs[0], runs[2], runs[3]], tmp_path / "first")
+    plots.plot_command([runs[1]], tmp_path / "second")
+    tables = [tmp_path / name / "eval_vs_data_points.csv" for name in ("first", "second")]
+    workers: dict[str, str] = {}
+    for table in tables:
+        with open(table, newline="") as file:
+            workers |= {r["run"]: r["workers"] for r in csv.DictReader(file)}
+    assert workers == {"w1-s0": "1", "w1-s2": "1", "w64-s0": "64", "w16-s0": "16"}
+    plots.plot_command([*tables, scale], tmp_path / "recorded", figure)
+    live = read_rows(tmp_path / "live" / "figure8_predicted.csv")
+    recorded = read_rows(tmp_path / "recorded" / "figure8_predicted.csv")
+    assert recorded == live
+    one = recorded[0]
+    assert (one["workers"], one["seeds"], one["seeds_reached"]) == ("1", "2", "2")
+    assert (float(one["hours_low"]), float(one["hours_high"])) == pytest.approx(
+        (1280 / 50 / 3600, 2560 / 50 / 3600))
+    assert float(recorded[1]["hours_at_least"]) == pytest.approx(
+        20 * 512 / (16 * 50 * 0.8) / 3600)
+
+
+def test_a_recorded_table_without_workers_is_refused_for_the_prediction(tmp_path):
+    table = tmp_path / "eval_vs_data_points.csv"
+    table.write_text("run,step,data_points,minutes,eval_mean,eval_max\n"
+                     "w1-s0,10,640,1.0,18.0,19.0\n")
+    figure = plots.Figure8(SCORE, node_rate=50.0)
+    with pytest.raises(ValueError, match="run w1-s0: its eval_vs_data_points rows have no "
+                                         "workers column"):
+        plots.plot_command([table], tmp_path / "out", figure)
+    plots.plot_command([table], tmp_path / "curves")  # the curves alone do not need it
+    with pytest.raises(ValueError, match="--score 18: no run directory or "
+                                         "eval_vs_data_points table"):
+        plots.plot_command([scale_file(tmp_path / "s.json", {64: 0.5})], tmp_path / "o",
+                           figure)
