@@ -406,3 +406,14 @@ def test_the_staged_graph_runs_each_layer_once_forward_and_once_backward():
     whole = layer_ops(learner._gradient, params_sig, *batch_sig)
     assert staged == whole
     assert staged["Conv2D"] == 4 and staged["Conv2DBackpropFilter"] == 4
+
+
+def test_the_training_variables_load_the_vector_as_set_params_was_given_it():
+    # they are loaded when next used, from set_params' own copy: a caller that reuses its
+    # buffer meanwhile changes nothing
+    learner, theta1, theta2, batch = staged_setup("ba3c")
+    buffer = theta2.copy()
+    learner.set_params(buffer)
+    buffer[:] = theta1
+    on_theta2 = Learner(learner.spec, TrainConfig(), theta2).gradient(*batch)[0]
+    assert_same_gradient(run_staged(learner, batch)[0], on_theta2)
