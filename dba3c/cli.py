@@ -164,9 +164,13 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Parse; ``KEY=VALUE`` overrides may come before or after options."""
+    """Parse; ``KEY=VALUE`` overrides, and the paths of ``plot`` and ``table``, may come
+    before or after options."""
     parser = make_parser()
     args, rest = parser.parse_known_args(argv)
+    if hasattr(args, "paths"):  # paths on both sides of an option: all of them
+        args.paths += [a for a in rest if not a.startswith("-")]
+        rest = [a for a in rest if a.startswith("-")]
     unknown = [a for a in rest if a.startswith("-") or "=" not in a or
                not hasattr(args, "overrides")]
     if unknown:

@@ -167,3 +167,16 @@ def test_a_recorded_table_without_workers_is_refused_for_the_prediction(tmp_path
                                          "eval_vs_data_points table"):
         plots.plot_command([scale_file(tmp_path / "s.json", {64: 0.5})], tmp_path / "o",
                            figure)
+
+
+def test_paths_may_follow_an_option(tmp_path):
+    # `dba3c plot A --only P B --score ...`: A and B both read (argparse alone refuses B)
+    from dba3c.cli import main
+
+    runs = [study_run(tmp_path / "w1-s0", 0, 0, [18]), study_run(tmp_path / "w16-s0", 16, 0, [0])]
+    scale = scale_file(tmp_path / "scale.json", {16: 0.8})
+    assert main(["plot", str(runs[0]), "--only", "w1-*,w16-*", str(runs[1]), str(scale),
+                 "--out", str(tmp_path / "out"), "--score", "18", "--node-rate", "50"]) == 0
+    rows = read_rows(tmp_path / "out" / "figure8_predicted.csv")
+    assert [(r["workers"], r["seeds_reached"]) for r in rows] == [("1", "1"), ("16", "0")]
+    assert float(rows[1]["hours_at_least"]) == pytest.approx(10 * 512 / (16 * 50 * 0.8) / 3600)
