@@ -99,9 +99,8 @@ def predicted_rows(settings: list[list[Seed]], score: float, node_rate: float,
     seeds that reached ``score``, the spread of their data points to it, E(W), and the
     predicted hours (:func:`predicted_hours`: mean and the seeds' low and high), in order
     of W. A setting none of whose seeds reached the score, or whose W has no measured E,
-    gives the data
-    points it trained on (``not_reached_within``) and no prediction; with a measured E, the
-    time those data points take is its lower bound (``hours_at_least``)."""
+    gives the data points it trained on (``not_reached_within``) and no prediction; with a
+    measured E, the time those data points take is its lower bound (``hours_at_least``)."""
     rows = []
     for seeds in settings:
         workers = seeds[0].workers

@@ -307,10 +307,13 @@ def recorded_seeds(rows: Table, score: float) -> list[list[Seed]]:
             raise ValueError(f"run {label}: its eval_vs_data_points rows have no workers "
                              "column, which the predicted Figure 8 needs; draw its table "
                              "again from its run directory")
-        first = run_rows[0]
+        trained = [row for row in run_rows if row["step"] > 0]
+        if not trained:
+            raise ValueError(f"run {label}: no evaluation after step 0, so no data points "
+                             "a step")
         reached = [row["data_points"] for row in run_rows if row["eval_mean"] >= score]
         groups.setdefault(recorded_group(label), []).append(Seed(
-            first["workers"], first["data_points"] // first["step"],
+            trained[0]["workers"], trained[0]["data_points"] // trained[0]["step"],
             reached[0] if reached else None, run_rows[-1]["data_points"]))
     return list(groups.values())
 

@@ -163,6 +163,10 @@ def test_a_recorded_table_without_workers_is_refused_for_the_prediction(tmp_path
                                          "workers column"):
         plots.plot_command([table], tmp_path / "out", figure)
     plots.plot_command([table], tmp_path / "curves")  # the curves alone do not need it
+    table.write_text("run,step,data_points,workers,minutes,eval_mean,eval_max\n"
+                     "w1-s0,0,0,1,0.0,-21.0,-20.0\n")
+    with pytest.raises(ValueError, match="run w1-s0: no evaluation after step 0"):
+        plots.plot_command([table], tmp_path / "out", figure)
     with pytest.raises(ValueError, match="--score 18: no run directory or "
                                          "eval_vs_data_points table"):
         plots.plot_command([scale_file(tmp_path / "s.json", {64: 0.5})], tmp_path / "o",
