@@ -101,6 +101,10 @@ fi
 have() {  # every run directory named exists (with its metrics)
     for dir in "$@"; do [ -f "$OUT/$dir/metrics.jsonl" ] || return 1; done
 }
+tables_of() {  # tables_of "FIGURE..." FIGURE_DIR...: each directory's tables of those figures
+    local figs=$1 fig dir; shift
+    for fig in $figs; do for dir in "$@"; do echo "docs/figures/$dir/$fig.csv"; done; done
+}
 # Seed 0 of every setting but bfloat16 ran on the first machine (2026-11-26 to 29), whose run
 # directories are gone: the tables of docs/figures/study_batch_pong and study_batch_pong_2048
 # are their record (each run's rows; eval_vs_data_points.csv with each run's W), so those two
@@ -119,10 +123,8 @@ fi
 dba3c plot "$OUT"/w16/w16-s1 "$OUT"/w64/w64-s1 --out docs/figures/study_batch_pong_seed1
 # both seeds of each batch as one band, from the two figures' tables (their runs are named
 # NAME-s<seed>)
-tables=()
-for fig in eval_vs_data_points eval_vs_step online_vs_step; do
-    tables+=(docs/figures/study_batch_pong/$fig.csv docs/figures/study_batch_pong_seed1/$fig.csv)
-done
+mapfile -t tables < <(tables_of "eval_vs_data_points eval_vs_step online_vs_step" \
+    study_batch_pong study_batch_pong_seed1)
 dba3c plot "${tables[@]}" --out docs/figures/study_batch_pong_seeds
 # the cluster preset's Adam at 2048 resumed to 20 M data points, beside the two seeds of the
 # single-node Adam at 2048 (5 M each, from their tables)
@@ -134,11 +136,8 @@ dba3c plot "$OUT"/w64-paper-adam/w64-paper-adam-s0 "${tables[@]}" \
 dba3c plot "$OUT"/w1/w1-s2 "$OUT"/w1-bf16/w1-bf16-s0 "$OUT"/w1-eps1e-8/w1-eps1e-8-s0 \
     --out docs/figures/study_batch_pong_w1
 dba3c plot "$OUT"/w1-bf16/w1-bf16-s1 --out docs/figures/study_batch_pong_w1_bf16_seed1
-w1_tables=()
-for fig in eval_vs_data_points online_vs_step; do
-    w1_tables+=(docs/figures/study_batch_pong/$fig.csv docs/figures/study_batch_pong_w1/$fig.csv
-                docs/figures/study_batch_pong_w1_bf16_seed1/$fig.csv)
-done
+mapfile -t w1_tables < <(tables_of "eval_vs_data_points online_vs_step" \
+    study_batch_pong study_batch_pong_w1 study_batch_pong_w1_bf16_seed1)
 dba3c plot "${w1_tables[@]}" --only 'w1-s*,w1-bf16-*' --out docs/figures/pong_small_bfloat16
 dba3c plot "${w1_tables[@]}" --only 'w1-s*,w1-eps1e-8-*' --out docs/figures/study_batch_pong_eps_w1
 # the paper's Figure 8 predicted (docs/results.md): T(W) = D(32 W) / (W R E(W)), R one node's
@@ -150,9 +149,8 @@ node=bench/node_pong_small.json
 # each setting's seeds from the tables that record them (the one-worker seeds 0 and 2, the
 # 512 and 2048 seeds 0 and 1): its band
 tmp=$(mktemp -d)
-seeds=(docs/figures/study_batch_pong/eval_vs_data_points.csv
-       docs/figures/study_batch_pong_seed1/eval_vs_data_points.csv
-       docs/figures/study_batch_pong_w1/eval_vs_data_points.csv)
+mapfile -t seeds < <(tables_of eval_vs_data_points \
+    study_batch_pong study_batch_pong_seed1 study_batch_pong_w1)
 for score in 18 10; do  # the figure and its table only (plot also redraws the curves)
     dba3c plot "${seeds[@]}" bench/charged/w*-fc128-10-*.json --only 'w1-s*,w16-s*,w64-s*' \
         --score "$score" --node-rate "$node" --out "$tmp/$score"
