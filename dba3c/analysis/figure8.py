@@ -17,7 +17,7 @@ Everything is pure; :mod:`dba3c.analysis.plots` writes the figure and its table.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from statistics import mean
 from typing import Any, NamedTuple
 
@@ -54,12 +54,18 @@ class Seed(NamedTuple):
     trained: int
 
 
+def first_reaching(evaluations: Iterable[tuple[int, float]], score: float) -> int | None:
+    """The data points of the first of a seed's evaluations, (data points, mean) in order,
+    whose mean is at least ``score``; None when none is."""
+    return next((data_points for data_points, mean in evaluations if mean >= score), None)
+
+
 def data_points_to_score(run: Run, score: float) -> int | None:
     """The data points a run had trained on at its first evaluation whose mean is at least
-    ``score``: that evaluation's step x the :func:`effective_batch`; None when no
-    evaluation reached it."""
-    steps = [e["step"] for e in run.evals if e["mean"] >= score]
-    return steps[0] * effective_batch(run.config) if steps else None
+    ``score`` (:func:`first_reaching`): that evaluation's step x the
+    :func:`effective_batch`; None when no evaluation reached it."""
+    batch = effective_batch(run.config)
+    return first_reaching(((e["step"] * batch, e["mean"]) for e in run.evals), score)
 
 
 def data_points_trained(run: Run) -> int:

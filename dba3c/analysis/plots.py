@@ -46,6 +46,7 @@ from dba3c.analysis.figure8 import (
     effective_batch,
     efficiency_by_workers,
     figure8_table,
+    first_reaching,
     run_seeds,
     run_workers,
 )
@@ -298,9 +299,10 @@ def recorded_seeds(rows: Table, score: float) -> list[list[Seed]]:
     """Runs recorded in an ``eval_vs_data_points`` table (rows of :func:`read_curve_table`)
     as the predicted Figure 8's seeds, the runs of one :func:`recorded_group` together: W
     from the ``workers`` column, the effective batch from data points / step, the data
-    points of the first evaluation at ``score`` or above, and those of the last as the
-    data points trained. Raises ValueError naming a run whose rows have no ``workers``
-    (tables written before that column; :func:`_run_rows`)."""
+    points of the first evaluation at ``score`` or above
+    (:func:`dba3c.analysis.figure8.first_reaching`), and those of the last as the data
+    points trained. Raises ValueError naming a run whose rows have no ``workers`` (tables
+    written before that column; :func:`_run_rows`)."""
     groups: dict[str, list[Seed]] = {}
     for label, run_rows in _groups(rows, "run").items():
         if any("workers" not in row for row in run_rows):
@@ -311,10 +313,11 @@ def recorded_seeds(rows: Table, score: float) -> list[list[Seed]]:
         if not trained:
             raise ValueError(f"run {label}: no evaluation after step 0, so no data points "
                              "a step")
-        reached = [row["data_points"] for row in run_rows if row["eval_mean"] >= score]
+        reached = first_reaching(((row["data_points"], row["eval_mean"]) for row in run_rows),
+                                 score)
         groups.setdefault(recorded_group(label), []).append(Seed(
-            trained[0]["workers"], trained[0]["data_points"] // trained[0]["step"],
-            reached[0] if reached else None, run_rows[-1]["data_points"]))
+            trained[0]["workers"], trained[0]["data_points"] // trained[0]["step"], reached,
+            run_rows[-1]["data_points"]))
     return list(groups.values())
 
 

@@ -35,6 +35,18 @@ def point(workers: int, efficiency: float, link: float = 10, hidden: int = 128,
             "efficiency": efficiency, **extra}
 
 
+def scale_file(path, efficiency: dict[int, float]):
+    path.write_text(json.dumps({"points": [
+        {**point(w, e), "step_ms": 20.0, "model_step_ms": 18.0, "data_points_per_s": 1.0}
+        for w, e in efficiency.items()]}))
+    return path
+
+
+def read_rows(path) -> list[dict]:
+    with open(path, newline="") as file:
+        return [r for r in csv.DictReader(file) if r["series"] == "predicted"]
+
+
 def test_data_points_to_score_is_the_first_reaching_evaluation_times_the_effective_batch(
         tmp_path):
     run = load_run(study_run(tmp_path / "w16", 16, 0, [-21, 5, 18.5, 17, 20]))
@@ -93,10 +105,7 @@ def test_a_w_without_measured_efficiency_gets_no_prediction(tmp_path):
 def test_plot_command_writes_the_predicted_figure_from_runs_and_scale_results(tmp_path):
     paths = [study_run(tmp_path / "w1", 0, 0, [18]), study_run(tmp_path / "w64", 64, 0, [18]),
              study_run(tmp_path / "w16", 16, 0, [0, 0, 0])]
-    scale = tmp_path / "scale.json"
-    scale.write_text(json.dumps({"points": [
-        {**point(w, e), "step_ms": 20.0, "model_step_ms": 18.0, "data_points_per_s": 1.0}
-        for w, e in ((64, 0.5), (16, 0.8))]}))
+    scale = scale_file(tmp_path / "scale.json", {64: 0.5, 16: 0.8})
     written = plots.plot_command([*paths, scale], tmp_path / "out",
                                  plots.Figure8(SCORE, node_rate=50.0))
     assert {"figure8_predicted.png", "figure8_predicted.csv"} <= {p.name for p in written}
@@ -107,18 +116,6 @@ def test_plot_command_writes_the_predicted_figure_from_runs_and_scale_results(tm
         [640 / 50 / 3600, float("nan"), 20480 / (64 * 50 * 0.5) / 3600], nan_ok=True)
     # W = 16 did not reach it in 30 steps of 512: at least that long
     assert float(rows[1]["hours_at_least"]) == pytest.approx(30 * 512 / (16 * 50 * 0.8) / 3600)
-
-
-def scale_file(path, efficiency: dict[int, float]):
-    path.write_text(json.dumps({"points": [
-        {**point(w, e), "step_ms": 20.0, "model_step_ms": 18.0, "data_points_per_s": 1.0}
-        for w, e in efficiency.items()]}))
-    return path
-
-
-def read_rows(path) -> list[dict]:
-    with open(path, newline="") as file:
-        return [r for r in csv.DictReader(file) if r["series"] == "predicted"]
 
 
 def test_the_prediction_from_recorded_tables_is_the_one_from_their_run_directories(
