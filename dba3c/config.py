@@ -247,6 +247,11 @@ class DistConfig:
                                         "state whole and sums its gradient with one "
                                         "allreduce (half the message rounds of the exchange "
                                         "a step cannot hide); false: cut like the others")
+    gather_ahead: bool = _opt(False, None, "with dist.collective_overlap: the last layer's "
+                              "Adam step and allgather start as soon as its reduce-scatter "
+                              "has completed, during the rest of the backward pass, instead "
+                              "of after the whole gradient's (the step's update is the same "
+                              "bits; a skipped step drops it)")
     overlap_probe_steps: int = _opt(10, NON_NEGATIVE, "with "
                                     "dist.collective_overlap: a probe makes N serial steps "
                                     "then N overlapped ones, times each mode over its last "

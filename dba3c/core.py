@@ -212,6 +212,10 @@ class Collectives(Protocol):
                    counts: Sequence[int]) -> Request:
         """recv [sum(counts)] = every member's send [counts[r]], in group-rank order."""
 
+    def duplicate(self) -> Collectives:
+        """The same members as a group of their own, whose operations need no order with
+        this group's (``MPI_Comm_dup``; every member calls it at the same point)."""
+
 
 def offsets(counts: Sequence[int]) -> list[int]:
     """Where each contiguous part of lengths ``counts`` starts (a collective's parts)."""

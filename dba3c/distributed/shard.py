@@ -14,8 +14,19 @@ import numpy as np
 
 from dba3c.config import Config
 from dba3c.distributed.wire import StateMsg
-from dba3c.learning.optim import Optimizer, apply_update, make_optimizer
+from dba3c.learning.optim import Optimizer, make_optimizer, optimizer_update
 from dba3c.learning.rules import OptimizerState
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """The update of a shard's tail ``[start:]`` computed ahead of the rest of its step:
+    the tail's new parameters and statistics (side copies; ``state.count`` is the shard's
+    count after the step)."""
+
+    start: int
+    theta: np.ndarray
+    state: OptimizerState
 
 
 @dataclass
@@ -38,7 +49,9 @@ class ShardServer:
     A non-finite mean gradient is not applied: parameters and optimizer state stay as they
     are, the version still advances, and the streak of such skips is counted. The sync sum
     is kept in float64, so the mean (rounded once to float32) does not depend on the order
-    in which the workers' gradients arrived.
+    in which the workers' gradients arrived. A collective rank may compute its shard's
+    tail ahead of the rest of the step (:meth:`update_ahead`, ``dist.gather_ahead``); the
+    step's :meth:`offer` then commits it or, skipping the step, drops it.
 
     ``optimizer`` (:func:`dba3c.learning.optim.make_optimizer`) is the update rule and its schedule;
     the step it sees is the shard's version. ``opt_state`` holds the rule's statistics,
@@ -54,6 +67,7 @@ class ShardServer:
         self._sum, self._mean = np.zeros(n, np.float64), np.empty(n, np.float32)
         self._count = 0
         self._scratch = np.empty((2, theta_shard.size), np.float32)
+        self._ahead: Ahead | None = None
         self.nonfinite_streak = 0
         self.stats = ShardStats()
 
@@ -83,15 +97,52 @@ class ShardServer:
         self._count = 0
         return True
 
+    def update_ahead(self, start: int, g_tail: np.ndarray) -> np.ndarray:
+        """Compute step ``version``'s update of the tail ``theta_shard[start:]`` from its part
+        of the mean gradient, ``g_tail``, before the rest of the step's gradient is known
+        (sync, one gradient a step). The update goes into side copies: the shard still holds
+        version ``version`` (a checkpoint or snapshot taken meanwhile sees that) until the
+        step's :meth:`offer` commits them, or drops them when the step is skipped. The
+        arithmetic is the whole shard's, element for element (the rules are elementwise).
+        Returns the tail's new parameters (the side copy: the caller may change it before the
+        commit, as the bfloat16 wire rounds it)."""
+        if self.mode != "sync" or self.replicas != 1 or self._ahead is not None:
+            raise RuntimeError("update_ahead needs a sync shard of one gradient a step, "
+                               "once a step")
+        state = self.opt_state
+        ahead = Ahead(start, self.theta_shard[start:].copy(),
+                      OptimizerState(state.m_shard[start:].copy(),
+                                     state.v_shard[start:].copy(), state.count))
+        if np.isfinite(g_tail).all():  # else the whole step is skipped
+            optimizer_update(ahead.theta, g_tail, ahead.state, self.optimizer,
+                             step=self.version, scratch=self._scratch[:, start:])
+        self._ahead = ahead
+        return ahead.theta
+
     def _apply(self, g_shard: np.ndarray) -> None:
-        if apply_update(self.theta_shard, g_shard, self.opt_state, self.optimizer,
-                        step=self.version, scratch=self._scratch):
-            self.nonfinite_streak = 0
-            self.stats.applied += 1
-        else:
+        """The update by the mean ``g_shard``, or the step skipped if it is not finite (a
+        tail computed ahead is committed or dropped with the rest)."""
+        ahead, self._ahead = self._ahead, None
+        self.version += 1
+        if not np.isfinite(g_shard).all():
             self.nonfinite_streak += 1
             self.stats.nonfinite_skipped += 1
-        self.version += 1
+            return
+        self.nonfinite_streak = 0
+        self.stats.applied += 1
+        state = self.opt_state
+        if ahead is None:
+            optimizer_update(self.theta_shard, g_shard, state, self.optimizer,
+                             step=self.version - 1, scratch=self._scratch)
+            return
+        head = slice(0, ahead.start)
+        optimizer_update(self.theta_shard[head], g_shard[head],
+                         OptimizerState(state.m_shard[head], state.v_shard[head], state.count),
+                         self.optimizer, step=self.version - 1, scratch=self._scratch[:, head])
+        self.theta_shard[ahead.start:] = ahead.theta
+        state.m_shard[ahead.start:] = ahead.state.m_shard
+        state.v_shard[ahead.start:] = ahead.state.v_shard
+        state.count = ahead.state.count
 
 
 def make_shard(state: StateMsg, cfg: Config, *, mode: str, replicas: int) -> ShardServer:

@@ -42,8 +42,8 @@ class LocalParameterServer:
     in sync mode with ``workers`` replicas: one worker's gradient is applied as it comes; with
     W emulated workers (``dist.emulate_workers``) the step's first W - 1 gradients are
     offered and the W-th pushed, and their mean is applied, as a parameter server of W
-    workers applies it (a non-finite gradient or mean is skipped,
-    :func:`~dba3c.learning.optim.apply_update`)."""
+    workers applies it (a non-finite gradient or mean is skipped, as
+    the shard server skips it)."""
 
     def __init__(self, theta: np.ndarray, opt_state: OptimizerState, version: int,
                  optimizer: Optimizer, workers: int = 1):

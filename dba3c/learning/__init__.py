@@ -8,6 +8,6 @@
   learner.py  Learner: TensorFlow predict, gradient, staged gradient, parameter loading
   rules.py    OptimizerState; adam_update and rmsprop_update on a flat shard
   fpenv.py    subnormals_flushed: the update rules' NumPy arithmetic flushes as TensorFlow's
-  optim.py    Optimizer: the configured rule and learning-rate schedule; apply_update
+  optim.py    Optimizer: the configured rule and learning-rate schedule; optimizer_update
   tflog.py    TensorFlow's start-up chatter kept off the terminal
 """

@@ -1,7 +1,8 @@
 """The parameter servers' update rule on a flat shard: Adam or RMSProp, at a scheduled rate.
 
-:func:`optimizer_update` is the one call that changes parameters (:func:`apply_update` makes it for
-every shard server and the single-process store). It picks the learning rate for the global step
+:func:`optimizer_update` is the one call that changes parameters (every shard server and the
+single-process store make it through :class:`dba3c.distributed.shard.ShardServer`, which skips
+a non-finite gradient). It picks the learning rate for the global step
 (:func:`learning_rate`) and applies :func:`dba3c.learning.rules.adam_update` or
 :func:`rmsprop_update`.
 
@@ -93,17 +94,3 @@ def optimizer_update(theta_shard: np.ndarray, g_shard: np.ndarray, state: Optimi
                        scratch=scratch)
     else:
         raise ValueError(f"unknown optimizer kind {optimizer.kind!r}")
-
-
-def apply_update(theta_shard: np.ndarray, g_shard: np.ndarray, state: OptimizerState,
-                 optimizer: Optimizer, *, step: int, scratch: np.ndarray | None = None) -> bool:
-    """:func:`optimizer_update` unless ``g_shard`` has a non-finite element, in which case
-    parameters and statistics stay as they are. True when the update was applied.
-
-    Every store of parameters (the shard servers, the single-process store) changes them
-    through this function, so a non-finite gradient is skipped alike everywhere.
-    """
-    if not np.isfinite(g_shard).all():
-        return False
-    optimizer_update(theta_shard, g_shard, state, optimizer, step=step, scratch=scratch)
-    return True

@@ -227,7 +227,8 @@ def collectives_on(transport) -> tuple | None:
     """World rank 1 stays out; the others reduce-scatter, allreduce (a control vector and a
     float32 bucket, as a replicated first bucket is summed) and allgather, with the four
     operations in flight at once; then reduce-scatter and allreduce the same contribution
-    in bfloat16 (``dist.wire_dtype``)."""
+    in bfloat16 (``dist.wire_dtype``); then an allgather on a duplicate of the group and an
+    allreduce on the group, which group rank 0 starts in the other order."""
     group = transport.split(transport.rank != 1)
     if group is None:
         return None
@@ -246,10 +247,17 @@ def collectives_on(transport) -> tuple | None:
     summed16 = np.zeros(sum(COUNTS), ml_dtypes.bfloat16)
     requests += [group.ireduce_scatter(mine16, part16, COUNTS),
                  group.iallreduce(mine16, summed16)]
+    # a duplicate group's operation and this group's, started in another order by rank 0
+    twin = group.duplicate()
+    twin_gathered, twin_total = np.zeros(sum(COUNTS), np.float32), np.zeros(2, np.int64)
+    pair = [lambda: twin.iallgather(mine[start:start + COUNTS[group.rank]], twin_gathered,
+                                    COUNTS),
+            lambda: group.iallreduce(np.array([group.rank, 2], np.int64), twin_total)]
+    requests += [start_op() for start_op in (pair[::-1] if group.rank == 0 else pair)]
     while not all([r.test() for r in requests]):
         pass
     return (group.rank, group.size, part, total, gathered, summed, part16.astype(np.float32),
-            summed16.astype(np.float32))
+            summed16.astype(np.float32), twin_gathered, twin_total)
 
 
 def check_collectives(results: list) -> None:
@@ -271,10 +279,12 @@ def check_collectives(results: list) -> None:
     assert np.all(np.abs(results[0][7] - full) <= bfloat16_tol)
     assert np.array_equal(results[0][7], round_to_bfloat16(results[0][7]))  # bfloat16 values
     for group_rank, world_rank in enumerate(members):
-        rank, size, part, total, gathered, _, part16, _ = results[world_rank]
+        rank, size, part, total, gathered, _, part16, _, twin_gathered, twin_total = \
+            results[world_rank]
         assert (rank, size) == (group_rank, 3)
         o, n = offsets(COUNTS)[rank], COUNTS[rank]
         np.testing.assert_allclose(part, full[o:o + n], rtol=1e-6)
         assert np.all(np.abs(part16 - full[o:o + n]) <= bfloat16_tol[o:o + n])
         assert total.tolist() == [0 + 1 + 2, 3]
         assert np.array_equal(gathered, pieces)
+        assert np.array_equal(twin_gathered, pieces) and twin_total.tolist() == [3, 6]

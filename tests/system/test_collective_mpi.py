@@ -92,6 +92,8 @@ def assert_adam_of_the_mean(run, steps: int, workers_at) -> None:
 
 @pytest.mark.parametrize("steps", [
     ["dist.collective_overlap=true", "dist.overlap_probe_steps=0"],  # overlapped throughout
+    # and with the last bucket's update and allgather ahead of the rest
+    ["dist.collective_overlap=true", "dist.overlap_probe_steps=0", "dist.gather_ahead=true"],
     ["dist.collective_overlap=false"],  # serial throughout
     # a probe of 3 serial and 3 overlapped steps, then the faster (the synthetic ranks'
     # staged compute takes 3 x theirs: serial on a quiet machine; which one is a timing, so

@@ -200,11 +200,12 @@ def point_result(plan: PointPlan, cfg: Config, metrics: list[dict],
     # the point's poll caps are multiplied by its time scale (job_runs)
     algorithm, poll_s = cfg.dist.collective_algorithm, cfg.dist.collective_poll_s / s
     staged_cost, replicated = cfg.dist.overlap_cost, cfg.dist.replicate_first_bucket
+    ahead = cfg.dist.gather_ahead
     model_s = model_step_seconds(point, num_params, compute_ms / 1000, s, algorithm=algorithm,
                                  poll_s=poll_s, buckets=buckets, staged_cost=staged_cost,
-                                 replicated_first=replicated)
+                                 replicated_first=replicated, ahead=ahead)
     emulated_s = model_step_seconds(point, num_params, compute_ms / 1000, s, host_bytes_per_s,
-                                    algorithm, poll_s, buckets, staged_cost, replicated)
+                                    algorithm, poll_s, buckets, staged_cost, replicated, ahead)
     return {**asdict(point), "time_scale": s, "steps": plan.steps,
             "warmup_steps": plan.warmup, "step_ms": 1000 * step_s,
             "model_step_ms": 1000 * model_s, "emulated_model_step_ms": 1000 * emulated_s,

@@ -54,6 +54,10 @@ and T_a / s runs after bucket 0's reduce-scatter; with H, B <- min(B, H s / W)
 rounds that each move the whole bucket's gradient, and nothing to gather:
 
   T_rs_0 = rho(W) (G_0 / B + T_round),  T_ag_0 = 0
+
+Gathered ahead (``dist.gather_ahead``): the last bucket's allgather is posted as soon as its
+reduce-scatter ends, not after bucket 0's and the tail, and takes its turn on the link by
+that time.
 """
 
 from __future__ import annotations
@@ -130,7 +134,7 @@ def model_step_seconds(point: Point, num_params: int, compute_s: float,
                        algorithm: str = DistConfig.collective_algorithm,
                        poll_s: float = DistConfig().collective_poll_s,
                        buckets: Sequence[Bucket] = (), staged_cost: float = 0.0,
-                       replicated_first: bool = False) -> float:
+                       replicated_first: bool = False, ahead: bool = False) -> float:
     """The analytic step time of docs/benchmarks.md for a point (seconds, unscaled): the
     compute time, then the transfers (:func:`comm_seconds`), plus Adam on N/P floats (N/W with
     collective aggregation), which runs in real time and so shrinks by the time scale in an
@@ -144,7 +148,8 @@ def model_step_seconds(point: Point, num_params: int, compute_s: float,
     ``buckets`` (:func:`net_buckets`; none given: the whole vector as one bucket, which is
     the serial model), every rank computing at the slowest rank's pace and paying
     ``staged_cost`` x its compute for the staging (``dist.overlap_cost``), bucket 0
-    allreduced where ``replicated_first`` (``dist.replicate_first_bucket``)."""
+    allreduced where ``replicated_first`` (``dist.replicate_first_bucket``), the last
+    bucket gathered ``ahead`` (``dist.gather_ahead``)."""
     if point.aggregation == "collective" and point.overlap:
         slowest = point.slow_factor if point.slow_workers else 1.0
         stages = overlap_stages(buckets or (Bucket(num_params, 1),), point.workers,
@@ -152,7 +157,7 @@ def model_step_seconds(point: Point, num_params: int, compute_s: float,
                                 collective_rate(point, host_bytes_per_s, time_scale),
                                 algorithm, poll_s, replicated_first, point.wire_dtype)
         return overlapped_step_seconds(
-            stages, ADAM_S_PER_PARAM * num_params / point.workers / time_scale)
+            stages, ADAM_S_PER_PARAM * num_params / point.workers / time_scale, ahead)
     comm = comm_seconds(point, num_params)
     if host_bytes_per_s:
         comm = max(comm, host_seconds(point, num_params, host_bytes_per_s, time_scale))
@@ -240,7 +245,8 @@ def collective_rate(point: Point, host_bytes_per_s: float | None,
     return rate
 
 
-def overlapped_step_starts(stages: Sequence[Stage], tail_s: float, steps: int) -> list[float]:
+def overlapped_step_starts(stages: Sequence[Stage], tail_s: float, steps: int,
+                           ahead: bool = False) -> list[float]:
     """When each of ``steps`` steps starts its forward pass (stage 0), on one rank of a
     collective step that overlaps communication with compute, from a start with every
     parameter in place and the link idle. The discrete-event timeline of a step:
@@ -251,7 +257,9 @@ def overlapped_step_starts(stages: Sequence[Stage], tail_s: float, steps: int) -
       reduce-scatter is posted;
     - after the last reduce-scatter (bucket 0), ``tail_s`` (Adam on the rank's shard; the
       control allreduce runs beside bucket 0's reduce-scatter, as the serial step posts it
-      beside the whole vector's); then the allgathers of buckets 0, 1, ..., B - 1 are posted.
+      beside the whole vector's); then the allgathers of buckets 0, 1, ..., B - 1 are posted;
+    - ``ahead``: the last bucket's allgather is posted as its reduce-scatter ends instead
+      (the end of the collectives on the link before it, its own included).
 
     The link carries one collective at a time, in the order they were posted (FIFO): each
     holds it for its ``reduce_scatter_s`` or ``allgather_s``, bytes and message rounds
@@ -265,7 +273,9 @@ def overlapped_step_starts(stages: Sequence[Stage], tail_s: float, steps: int) -
     later. Bucket 0's reduce-scatter is the last collective of a step, so the link is idle
     when the allgathers are posted: from the second step on, a step starts as bucket 0's
     allgather ends with buckets 1.. still to come back to back, the same state every time,
-    and the starts are evenly spaced (:func:`overlapped_step_seconds`)."""
+    and the starts are evenly spaced (:func:`overlapped_step_seconds`); gathered ahead,
+    the last bucket's allgather has its place in that state too."""
+    last = len(stages) - 1
     link_free = 0.0  # when the link has carried every collective posted so far
     compute_free = 0.0  # when the rank's compute thread is done with what it has run
     ready = [0.0] * len(stages)  # when each bucket's parameters of the last step arrived
@@ -276,17 +286,28 @@ def overlapped_step_starts(stages: Sequence[Stage], tail_s: float, steps: int) -
             if b == 0:
                 starts.append(compute_free)
             compute_free += stage.forward_s
-        for stage in reversed(stages):
-            compute_free += stage.backward_s
-            link_free = max(link_free, compute_free) + stage.reduce_scatter_s
+        posted_ahead: float | None = None  # when the last bucket's allgather was posted
+        for b in reversed(range(len(stages))):
+            compute_free += stages[b].backward_s
+            if posted_ahead is not None and posted_ahead <= compute_free:  # its turn first
+                link_free = max(link_free, posted_ahead) + stages[last].allgather_s
+                ready[last], posted_ahead = link_free, None
+            link_free = max(link_free, compute_free) + stages[b].reduce_scatter_s
+            if ahead and b == last:
+                posted_ahead = link_free
+        if posted_ahead is not None:  # posted before the tail and the other allgathers
+            link_free = max(link_free, posted_ahead) + stages[last].allgather_s
+            ready[last] = link_free
         link_free += tail_s
         for b, stage in enumerate(stages):
-            link_free += stage.allgather_s
-            ready[b] = link_free
+            if not (ahead and b == last):
+                link_free += stage.allgather_s
+                ready[b] = link_free
     return starts
 
 
-def overlapped_step_seconds(stages: Sequence[Stage], tail_s: float) -> float:
+def overlapped_step_seconds(stages: Sequence[Stage], tail_s: float,
+                            ahead: bool = False) -> float:
     """The steady step period of :func:`overlapped_step_starts`: the second and third
     steps' starts apart (every step from the second on is the same). It is at least the
     compute cycle T_c + reduce-scatter_0 + tail + allgather_0 (bucket 0's parameters come
@@ -294,8 +315,9 @@ def overlapped_step_seconds(stages: Sequence[Stage], tail_s: float) -> float:
     last stage's forward and backward (its gradient leaves after its parameters came): the
     first when the other collectives hide behind compute, the second when the link waits
     for nothing but the last stage. With one bucket both are the serial model, T_c + both
-    collectives + tail."""
-    _, second, third = overlapped_step_starts(stages, tail_s, 3)
+    collectives + tail. Gathered ``ahead``, the last bucket's allgather leaves the compute
+    cycle's end: it follows its reduce-scatter, during the rest of the backward pass."""
+    _, second, third = overlapped_step_starts(stages, tail_s, 3, ahead)
     return third - second
 
 

@@ -33,6 +33,16 @@ the same two partial sums, and a float sum of two does not depend on their order
 that does otherwise is caught: each step's control vector also carries every rank's
 checksum of its copy, and copies that differ end the run with an error.
 
+Gathered ahead (``dist.gather_ahead``): the last bucket (the fully connected layer and the
+heads, the most bytes, made first by the backward pass) does not wait for the others. Once
+its reduce-scatter has completed, the rank computes its shard's piece of Adam's update
+ahead (:meth:`~dba3c.distributed.shard.ShardServer.update_ahead`: side copies, the shard
+unchanged) and starts that piece's allgather on a duplicate of the group (its ranks reach
+this point at different times, so it must not share the group's order of operations), during
+the rest of the backward pass. Step 2 then commits the piece with the rest of the shard, the
+same bits as updating the whole; a skipped step drops it, and the gathered bucket is not
+landed, so every copy keeps theta_t.
+
 While a rank waits in a collective its actor thread keeps simulating
 (``dba3c.training.worker``); waiting polls the requests with sleeps of at most
 ``dist.collective_poll_us`` (50 us, ``WAIT_MAX_SLEEP_S``;
@@ -129,6 +139,8 @@ class CollectiveClient:
         answering QUERY).
       wire: the type of the gradients and of the parameters' changes in the collectives
         (``dist.wire_dtype``): float32 or bfloat16.
+      gather_ahead: the last bucket's update and allgather start as soon as its
+        reduce-scatter has completed (``dist.gather_ahead``; with more than one bucket).
 
     Buckets are offered last first (the order the backward pass makes them) and gathered
     first first; every rank starts the same collectives in the same order. MPI requests are
@@ -139,7 +151,8 @@ class CollectiveClient:
     def __init__(self, group: Collectives, shard: ShardServer, plan: ShardPlan,
                  train: TrainConfig, *, chief: bool, wants_stop: Callable[[], bool],
                  idle: Callable[[], None] | None = None,
-                 max_sleep_s: float = WAIT_MAX_SLEEP_S, wire: str = "float32"):
+                 max_sleep_s: float = WAIT_MAX_SLEEP_S, wire: str = "float32",
+                 gather_ahead: bool = False):
         self.group, self.shard, self.plan, self.train = group, shard, plan, train
         self.max_sleep_s = max_sleep_s
         self.chief, self.wants_stop = chief, wants_stop
@@ -157,6 +170,16 @@ class CollectiveClient:
         self._changes = to_wire(np.zeros(plan.num_params * self._changes_travel, np.float32),
                                 wire)
         self._unlanded: set[int] = set()
+        # gathered ahead: the last bucket (None: not), on a group of its own; its
+        # reduce-scatter until its update has gone ahead, then its allgather; on the float32
+        # wire its parameters arrive beside theta (theta_t stays until the step is kept)
+        self._ahead = self.num_buckets - 1 if gather_ahead and self.num_buckets > 1 else None
+        self._ahead_group = None if self._ahead is None else group.duplicate()
+        self._ahead_reduction: Request | None = None
+        self._ahead_gather: Request = Completed()
+        ahead_size = 0 if self._ahead is None or self._changes_travel else \
+            plan.num_params - plan.bucket_starts[self._ahead]
+        self._ahead_params = np.zeros(ahead_size, np.float32)
         self._pieces = plan.pieces(group.rank)  # this shard's [lo, hi) in theta, per bucket
         self._in_shard = [slice(o, o + hi - lo) for o, (lo, hi) in
                           zip(plan.piece_offsets(group.rank), self._pieces)]
@@ -164,6 +187,7 @@ class CollectiveClient:
         self._sent = np.zeros(3, np.int64)
         self._lock = threading.Lock()
         self._in_flight: list[Request] = []  # this step's reduce-scatters, the allgathers
+        self._reductions: list[Request] = []  # this step's reduce-scatters and control
         self.busy = threading.Event()  # set while _in_flight holds any (the Poller's cue)
         self._next_bucket = self.num_buckets - 1
         self.stopping = train.reached_max_steps(shard.version)
@@ -184,6 +208,7 @@ class CollectiveClient:
         if self._lock.acquire(blocking=False):
             try:
                 self._keep([r for r in self._in_flight if not r.test()])
+                self._go_ahead()
             finally:
                 self._lock.release()
 
@@ -200,40 +225,76 @@ class CollectiveClient:
         """Keep ``requests`` for :meth:`progress` to advance (under the lock)."""
         self._keep(self._in_flight + requests)
 
-    def _allgathers(self, changes: bool) -> Arriving:
+    def _gathering(self, group: Collectives, bucket: int, new: np.ndarray,
+                   changes: bool) -> Request:
+        """Start gathering bucket ``bucket`` of theta_{t+1} on ``group``: this rank's
+        piece of it is ``new``. ``changes`` (the bfloat16 wire): every rank's change d to it
+        travels, rounded, and ``new`` becomes theta_t + d, as every copy does;
+        :meth:`land_changes` adds the gathered ones. Without, the pieces themselves travel:
+        into theta, or beside it for the bucket gathered ahead."""
+        lo, hi = self.plan.bucket_bounds(bucket)
+        mine_lo, mine_hi = self._pieces[bucket]
+        counts = self.plan.counts(bucket)
+        if changes:
+            change = self._change[self._in_shard[bucket]]
+            change[:] = to_wire(new - self.theta[mine_lo:mine_hi], self.wire)
+            new[:] = self.theta[mine_lo:mine_hi] + from_wire(change)
+            return group.iallgather(change.view(np.uint16),
+                                    self._changes[lo:hi].view(np.uint16), counts)
+        into = self._ahead_params if group is self._ahead_group else self.theta[lo:hi]
+        return group.iallgather(new, into, counts)
+
+    def _allgathers(self, changes: bool, ahead: bool = False) -> Arriving:
         """Start gathering theta_{t+1}: every rank's shard, or (``changes``, the bfloat16
-        wire) every rank's change to it, which :meth:`land_changes` adds."""
+        wire) every rank's change to it (:meth:`_gathering`); ``ahead``: the last bucket's
+        allgather has started already, and it lands unless the step was skipped."""
         requests: list[Request] = []
         theta_shard = self.shard.theta_shard
         with self._lock:
-            for b, (piece, (mine_lo, mine_hi)) in enumerate(zip(self._in_shard, self._pieces)):
+            for b, piece in enumerate(self._in_shard):
                 lo, hi = self.plan.bucket_bounds(b)
+                if ahead and b == self._ahead:
+                    requests.append(self._ahead_gather)
+                    if self.shard.nonfinite_streak == 0:  # the step was kept
+                        self._unlanded.add(b)
+                    continue
                 if self.plan.replicated(b):
                     self.theta[lo:hi] = theta_shard[piece]
                     requests.append(Completed())
-                elif changes:  # d rounded; this shard takes theta_t + d too, as all copies do
-                    change = self._change[piece]
-                    change[:] = to_wire(theta_shard[piece] - self.theta[mine_lo:mine_hi],
-                                        self.wire)
-                    theta_shard[piece] = self.theta[mine_lo:mine_hi] + from_wire(change)
-                    requests.append(self.group.iallgather(
-                        change.view(np.uint16), self._changes[lo:hi].view(np.uint16),
-                        self.plan.counts(b)))
+                    continue
+                requests.append(self._gathering(self.group, b, theta_shard[piece], changes))
+                if changes:
                     self._unlanded.add(b)
-                else:
-                    requests.append(self.group.iallgather(theta_shard[piece],
-                                                          self.theta[lo:hi],
-                                                          self.plan.counts(b)))
-            self._post(requests)
+            self._post([r for r in requests if r is not self._ahead_gather])
         return Arriving(self, requests)
 
+    def _go_ahead(self) -> None:
+        """(Under the lock.) Once the last bucket's reduce-scatter has completed: its piece
+        of this step's update, ahead of the rest (the shard unchanged until :meth:`finish`),
+        and its allgather on the ahead group."""
+        request = self._ahead_reduction
+        if request is None or not request.test():
+            return
+        self._ahead_reduction = None
+        assert self._ahead is not None and self._ahead_group is not None
+        piece = self._in_shard[self._ahead]
+        g_tail = from_wire(self._part[piece]) / np.float32(self.group.size)  # as finish's mean
+        new = self.shard.update_ahead(piece.start, g_tail)
+        self._ahead_gather = self._gathering(self._ahead_group, self._ahead, new,
+                                             self._changes_travel)
+        self._post([self._ahead_gather])
+
     def land_changes(self, bucket: int) -> None:
-        """Add bucket ``bucket``'s gathered changes to theta, once (its allgather has
-        completed; nothing to add on the float32 wire)."""
+        """Land bucket ``bucket``'s gathered values in theta, once (its allgather has
+        completed): add the changes (bfloat16 wire), or copy the bucket gathered ahead;
+        nothing to do for a float32 bucket gathered into theta, or for a skipped step's."""
         if bucket in self._unlanded:
             self._unlanded.discard(bucket)
             lo, hi = self.plan.bucket_bounds(bucket)
-            self.theta[lo:hi] += from_wire(self._changes[lo:hi])
+            if self._changes_travel:
+                self.theta[lo:hi] += from_wire(self._changes[lo:hi])
+            else:
+                self.theta[lo:hi] = self._ahead_params
 
     def _checksum(self) -> int:
         """A checksum of this rank's copy of a replicated bucket 0 (0 without one)."""
@@ -272,25 +333,33 @@ class CollectiveClient:
         part, grad_bucket = self._part[self._in_shard[bucket]], to_wire(grad_bucket, self.wire)
         with self._lock:
             if self.plan.replicated(bucket):
-                self._post([self.group.iallreduce(grad_bucket, part)])
+                requests = [self.group.iallreduce(grad_bucket, part)]
             else:
-                self._post([self.group.ireduce_scatter(grad_bucket, part,
-                                                       self.plan.counts(bucket))])
+                requests = [self.group.ireduce_scatter(grad_bucket, part,
+                                                       self.plan.counts(bucket))]
+            if bucket == self._ahead:
+                self._ahead_reduction = requests[0]
             if bucket == 0:
-                self._post([self.group.iallreduce(self._sent, self._control)])
+                requests.append(self.group.iallreduce(self._sent, self._control))
+            self._reductions += requests
+            self._post(requests)
+            self._go_ahead()
         self._next_bucket = bucket - 1
 
     def finish(self) -> Arriving | None:
         """Wait for the reduce-scatters, apply Adam to this rank's shard (every shard skips
         the step when any gradient was not finite), start the allgathers of the new
-        parameters; None when the run is over for this rank. Copies of a replicated bucket 0
-        that differ are a RuntimeError on the chief (the other ranks return None)."""
+        parameters (those of a bucket gathered ahead have started); None when the run is
+        over for this rank. Copies of a replicated bucket 0 that differ are a RuntimeError
+        on the chief (the other ranks return None)."""
         if self._next_bucket != -1:
             raise RuntimeError(f"finish with bucket {self._next_bucket} not offered")
         self._next_bucket = self.num_buckets - 1
-        self.wait(*self._in_flight)
+        self.wait(*self._reductions)
         with self._lock:
-            self._keep([])
+            self._reductions = []
+            self._go_ahead()  # if no call since its reduce-scatter completed has
+            self._keep([r for r in self._in_flight if not r.test()])
         if self._control[CHECKSUM] != self.group.size * self._sent[CHECKSUM]:
             if not self.chief:  # the chief's error ends the job: one line, not W
                 return None
@@ -306,8 +375,8 @@ class CollectiveClient:
         if self._unlanded:  # a change not yet added: theta_t is what every change is from
             raise RuntimeError(f"step {self.shard.version} finished before buckets "
                                f"{sorted(self._unlanded)} of its parameters arrived")
-        self.shard.offer(self.shard.version, mean)
-        arriving = self._allgathers(changes=self._changes_travel)
+        self.shard.offer(self.shard.version, mean)  # commits or drops a piece gone ahead
+        arriving = self._allgathers(self._changes_travel, ahead=self._ahead is not None)
         self.stopping = (bool(self._control[STOP_REQUESTED])
                          or self.train.reached_max_steps(arriving.version))
         if arriving.nonfinite_streak >= self.train.max_nonfinite:  # the run ends here

@@ -86,7 +86,8 @@ def run_collective_worker(t: Transport, roles: Roles, cfg: Config, spec: NetSpec
     watch = RankWatch(t, cfg.dist.stall_timeout, shard) if cfg.dist.stall_timeout else None
     client = CollectiveClient(group, shard, plan, cfg.train, chief=False,
                               wants_stop=lambda: False, idle=watch.poll if watch else None,
-                              max_sleep_s=cfg.dist.collective_poll_s, wire=cfg.dist.wire_dtype)
+                              max_sleep_s=cfg.dist.collective_poll_s, wire=cfg.dist.wire_dtype,
+                              gather_ahead=cfg.dist.gather_ahead)
     sender, snapshots = Sender(t), Snapshots(t, roles, cfg, start_step)
 
     def after_step(params: Params, report: WorkerReport) -> bool:
@@ -126,7 +127,7 @@ def run_collective_chief(t: Transport, roles: Roles, cfg: Config, spec: NetSpec,
         client = CollectiveClient(group, shard, plan, cfg.train, chief=True,
                                   wants_stop=lambda: chief.stop_reason is not None,
                                   idle=link.poll, max_sleep_s=cfg.dist.collective_poll_s,
-                                  wire=cfg.dist.wire_dtype)
+                                  wire=cfg.dist.wire_dtype, gather_ahead=cfg.dist.gather_ahead)
         snapshots = Snapshots(t, roles, cfg, start.step)
 
         def after_step(params: Params, report: WorkerReport) -> bool:

@@ -71,6 +71,7 @@ class _Group:
         self.world, self.size = world, size
         self.ops: dict[int, list[np.ndarray | None]] = {}
         self.reads: dict[int, int] = {}
+        self.duplicates: dict[int, _Group] = {}  # by the members' count of duplicate calls
 
     def contribute(self, op: int, rank: int, data: np.ndarray) -> None:
         with self.world.lock:
@@ -119,6 +120,7 @@ class InProcessCollectives:
     def __init__(self, group: _Group, rank: int):
         self._group, self.rank, self.size = group, rank, group.size
         self._next_op = 0
+        self._duplicates_made = 0
 
     def _start(self, send: np.ndarray,
                finish: Callable[[list[np.ndarray]], None]) -> Request:
@@ -147,6 +149,14 @@ class InProcessCollectives:
             recv[:] = np.concatenate(parts)
 
         return self._start(send, finish)
+
+    def duplicate(self) -> InProcessCollectives:
+        """The same members as a new group (the first member to call it makes it for all)."""
+        call, self._duplicates_made = self._duplicates_made, self._duplicates_made + 1
+        group = self._group
+        with group.world.lock:
+            twin = group.duplicates.setdefault(call, _Group(group.world, group.size))
+        return InProcessCollectives(twin, self.rank)
 
 
 class InProcessTransport:

@@ -221,6 +221,10 @@ class MpiCollectives:
         return MpiRequest(self._comm.Iallgatherv(send, [recv, (list(counts), offsets(counts))]),
                           send, recv)
 
+    def duplicate(self) -> MpiCollectives:
+        """``MPI_Comm_dup`` of this group's communicator."""
+        return MpiCollectives(self._comm.Dup())
+
 
 class MpiRequest:
     """A pending MPI operation: :meth:`test` polls it; :meth:`wait` is MPI's own blocking

@@ -125,6 +125,49 @@ def test_sync_nonfinite_mean_is_skipped_and_streak_counted():
     assert srv.opt_state.count == 1
 
 
+def _state(srv: ShardServer) -> tuple:
+    """Everything a checkpoint of the shard holds, as copies."""
+    return (srv.version, srv.opt_state.count, srv.theta_shard.copy(),
+            srv.opt_state.m_shard.copy(), srv.opt_state.v_shard.copy())
+
+
+def _same_bits(a: tuple, b: tuple) -> bool:
+    return a[:2] == b[:2] and all(np.array_equal(x.view(np.uint32), y.view(np.uint32))
+                                  for x, y in zip(a[2:], b[2:]))
+
+
+@pytest.mark.parametrize("poisoned", [None, "head", "tail"])
+def test_a_tail_updated_ahead_then_committed_is_the_whole_update_bit_for_bit(poisoned):
+    # three steps with the tail [5:] computed ahead: the shard shows the step's start until
+    # the step's offer, and ends where whole updates end; a non-finite gradient in either
+    # part (the poisoned step 1) skips the whole step, the tail computed ahead dropped
+    n, start = 8, 5
+    ahead, whole = _server(n, replicas=1), _server(n, replicas=1)
+    for version, g in enumerate(_grads(n, 3, seed=9)):
+        if version == 1 and poisoned:
+            g[0 if poisoned == "head" else n - 1] = np.nan
+        before = _state(ahead)
+        new_tail = ahead.update_ahead(start, g[start:].copy())
+        assert _same_bits(_state(ahead), before)  # a checkpoint now sees the step's start
+        whole.offer(version, g)
+        if not (version == 1 and poisoned):  # the tail's new values, ahead of the commit
+            assert np.array_equal(new_tail, whole.theta_shard[start:])
+        ahead.offer(version, g)
+        assert _same_bits(_state(ahead), _state(whole))
+        assert ahead.nonfinite_streak == whole.nonfinite_streak
+    assert ahead.stats.nonfinite_skipped == (1 if poisoned else 0)
+    assert ahead.opt_state.count == (2 if poisoned else 3)
+
+
+def test_a_tail_ahead_is_refused_where_several_gradients_make_a_step_or_twice_a_step():
+    with pytest.raises(RuntimeError, match="update_ahead needs a sync shard of one gradient"):
+        _server(replicas=3).update_ahead(2, np.zeros(3, np.float32))
+    srv = _server(replicas=1)
+    srv.update_ahead(2, np.zeros(3, np.float32))
+    with pytest.raises(RuntimeError, match="once a step"):
+        srv.update_ahead(2, np.zeros(3, np.float32))
+
+
 def test_async_applies_every_gradient_and_records_staleness():
     srv = _server(mode="async", replicas=3, version=10)
     ref, st = srv.theta_shard.copy(), OptimizerState.zeros(5)

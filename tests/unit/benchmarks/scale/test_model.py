@@ -216,6 +216,26 @@ def test_two_buckets_hide_all_but_bucket_0s_collectives():
     assert overlapped_step_seconds(longer, 0.1) == pytest.approx(14.3 + 0.5 + 0.5)
 
 
+def test_the_last_bucket_gathered_ahead_hides_behind_the_backward_pass_or_queues():
+    # ms, Adam 0.1. Stage 0: forward 2, backward 6, bucket 0's reduce-scatter 0.5, allgather
+    # 0.7; stage 1: forward 3, backward 2, 2 and 2.5. As posted now, bucket 1's allgather
+    # follows bucket 0's (the step's last exchange, 27.8-28.3 + 0.1 + 0.7) and stage 1's
+    # forward waits 0.5 for it: 14.3 (T_c + 0.5 + 0.1 + 0.7) + 0.5. Gathered ahead it
+    # travels as its reduce-scatter ends (23.3-25.8, under stage 0's backward, 21.3-27.3):
+    # nothing waits, 14.3
+    hides = [Stage(2.0, 6.0, 0.5, 0.7), Stage(3.0, 2.0, 2.0, 2.5)]
+    assert overlapped_step_seconds(hides, 0.1) == pytest.approx(14.8)
+    assert overlapped_step_seconds(hides, 0.1, ahead=True) == pytest.approx(14.3)
+    # stage 0's backward (2) shorter than bucket 1's reduce-scatter (2.5): bucket 0's
+    # reduce-scatter is posted first and bucket 1's allgather (2.5) then stands between it and
+    # bucket 0's allgather: start 34.6, forwards to 39.6, backward of stage 1 to 45.6, its
+    # reduce-scatter to 48.1, bucket 0's to 48.6, bucket 1's allgather to 51.1, Adam, bucket
+    # 0's allgather to 51.9: 17.3 against 15.3
+    queues = [Stage(2.0, 2.0, 0.5, 0.7), Stage(3.0, 6.0, 2.5, 2.5)]
+    assert overlapped_step_seconds(queues, 0.1) == pytest.approx(15.3)
+    assert overlapped_step_seconds(queues, 0.1, ahead=True) == pytest.approx(17.3)
+
+
 def test_a_link_bound_step_is_every_collective_plus_adam_and_the_last_stage():
     # ms. Compute is short, the link busy; the link waits only for the last stage's forward
     # and backward (its gradient leaves after its parameters came): start 0; allgathers of

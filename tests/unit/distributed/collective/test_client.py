@@ -3,11 +3,14 @@ in-process transport: one rank equals the single-process store bit for bit; W ra
 W workers + P parameter servers within float32 summation-order tolerance after 20 steps;
 buckets offered one by one equal the whole gradient, and out of order are refused; a
 replicated first bucket equals a cut one bit for bit, and copies of it that differ end the
-run; one rank's non-finite gradient makes every shard skip the same step."""
+run; the last bucket gathered ahead gives the same bits, and its update goes ahead of the
+step without touching the shard; one rank's non-finite gradient makes every shard skip the
+same step."""
 
 from __future__ import annotations
 
 import functools
+import threading
 
 import numpy as np
 import pytest
@@ -42,7 +45,8 @@ def rank_client(transport, plan: ShardPlan, cfg) -> CollectiveClient:
     shard = ShardServer(theta_shard, OptimizerState.zeros(theta_shard.size), 0, mode="sync",
                         replicas=1, optimizer=make_optimizer(cfg))
     return CollectiveClient(group, shard, plan, cfg.train, chief=group.rank == 0,
-                            wants_stop=lambda: False, wire=cfg.dist.wire_dtype)
+                            wants_stop=lambda: False, wire=cfg.dist.wire_dtype,
+                            gather_ahead=cfg.dist.gather_ahead)
 
 
 def collective_world(cfg, num_ranks: int, gradient, buckets=(0,), staged=False,
@@ -266,6 +270,77 @@ def test_on_a_bfloat16_wire_every_copy_moves_by_the_adam_step_rounded_to_bfloat1
         assert np.array_equal(shard.opt_state.m_shard, reference.opt_state.m_shard)
         assert shard.nonfinite_streak == 0 and reference.stats.nonfinite_skipped == 1
     assert exact_differs  # the rounding did something: the test can tell the two apart
+
+
+@pytest.mark.parametrize("wire", ["float32", "bfloat16"])
+@pytest.mark.parametrize("staged", [False, True])
+def test_the_last_bucket_gathered_ahead_gives_the_same_bits(wire, staged):
+    # rank 1 poisons step 5 in bucket 0 only (the last bucket's update, computed ahead, is
+    # finite and must be dropped), rank 2 step 9 in the last bucket only
+    buckets = (0, 4, 7)
+
+    def gradient(rank, version):
+        g = grad_of(rank, version)
+        g[{(1, 5): 0, (2, 9): N - 1}.get((rank, version), slice(0))] = np.nan
+        return g
+
+    worlds = [collective_world(make_cfg(workers=3, ps=1, max_steps=STEPS, wire_dtype=wire,
+                                        gather_ahead=ahead), 3, gradient, buckets, staged,
+                               replicated_first=True)
+              for ahead in (False, True)]
+    for (got, got_shard), (want, want_shard) in zip(worlds[1], worlds[0]):
+        assert [p.version for p in got] == list(range(STEPS + 1))
+        assert [p.nonfinite_streak for p in got] == [p.nonfinite_streak for p in want]
+        assert sum(p.nonfinite_streak for p in got) == 2  # the two poisoned steps skipped
+        for a, b in zip(got, want):
+            assert np.array_equal(a.theta.view(np.uint32), b.theta.view(np.uint32))
+        for state in ("m_shard", "v_shard"):
+            assert np.array_equal(getattr(got_shard.opt_state, state),
+                                  getattr(want_shard.opt_state, state))
+        assert np.array_equal(got_shard.theta_shard, want_shard.theta_shard)
+        assert got_shard.opt_state.count == want_shard.opt_state.count == STEPS - 2
+
+
+def test_the_last_buckets_update_goes_ahead_before_finish_and_leaves_the_shard_as_it_was():
+    # every rank offers the last bucket only: its reduce-scatter completes, and polling
+    # (the staged step's progress thread) computes that piece's update and starts its
+    # allgather; the shard (what a checkpoint reads) still holds version 0 until finish
+    cfg = make_cfg(workers=2, ps=1, max_steps=STEPS, gather_ahead=True)
+    plan = ShardPlan(N, 2, (0, 4))
+    offered = threading.Barrier(2)
+
+    def rank_loop(transport):
+        client = rank_client(transport, plan, cfg)
+        went_ahead = []
+        update_ahead = client.shard.update_ahead
+
+        def recorded(start, g_tail):
+            went_ahead.append(start)
+            return update_ahead(start, g_tail)
+
+        client.shard.update_ahead = recorded  # type: ignore[method-assign]
+        client.pull()
+        before = client.shard.theta_shard.copy()
+        grad = grad_of(client.group.rank, 0)
+        client.offer(0, 1, grad[4:])
+        offered.wait()
+        def polled() -> bool:
+            client.progress()
+            return bool(went_ahead)
+
+        wait_until(polled)
+        assert went_ahead == [plan.piece_offsets(client.group.rank)[1]]
+        assert np.array_equal(client.shard.theta_shard, before) and client.shard.version == 0
+        client.offer(0, 0, grad[:4])
+        arriving = client.finish()
+        assert arriving is not None
+        params = arriving.params()
+        assert client.shard.version == 1 and not np.array_equal(client.shard.theta_shard,
+                                                                before)
+        return params
+
+    thetas = [p.theta for p in run_threads(rank_loop, 2)]
+    assert np.array_equal(thetas[0], thetas[1])
 
 
 def test_copies_of_a_replicated_first_bucket_that_differ_end_the_run_on_the_chief():
