@@ -68,11 +68,23 @@ def _between(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = Fal
 COLLECTIVE_ALGORITHMS = ("recursive", "mpi")  # dist.collective_algorithm's values
 PRECISIONS = ("auto", "float32", "bfloat16")  # model.precision's values
 WIRE_DTYPES = ("float32", "bfloat16")  # dist.wire_dtype's values
+GATHER_AHEAD = ("auto", "always", "never")  # dist.gather_ahead's values
+
+
+class _OneOf:
+    """A check that a string is one of ``choices``; :attr:`allowed` says which (also what a
+    value of another type is told: ``true`` read as a bool is not ``auto``)."""
+
+    def __init__(self, *choices: str):
+        self.choices, self.allowed = choices, "one of " + ", ".join(choices)
+
+    def __call__(self, x: Any) -> str | None:
+        return None if x in self.choices else self.allowed
 
 
 def _one_of(*choices: str) -> Check:
     """A check that a string is one of ``choices``."""
-    return lambda x: None if x in choices else "one of " + ", ".join(choices)
+    return _OneOf(*choices)
 
 
 def _opt(default: Any, check: Check | None = None, doc: str = "") -> Any:
@@ -247,19 +259,23 @@ class DistConfig:
                                         "state whole and sums its gradient with one "
                                         "allreduce (half the message rounds of the exchange "
                                         "a step cannot hide); false: cut like the others")
-    gather_ahead: bool = _opt(False, None, "with dist.collective_overlap: the last layer's "
-                              "Adam step and allgather start as soon as its reduce-scatter "
-                              "has completed, during the rest of the backward pass, instead "
-                              "of after the whole gradient's (the step's update is the same "
-                              "bits; a skipped step drops it)")
+    gather_ahead: str = _opt("auto", _one_of(*GATHER_AHEAD), "with "
+                             "dist.collective_overlap: the last layer's Adam step and "
+                             "allgather start as soon as its reduce-scatter has completed, "
+                             "during the rest of the backward pass (the same bits; a skipped "
+                             "step drops it). always, never, or auto: each overlap probe "
+                             "also times overlapped steps gathered ahead and the ranks keep "
+                             "the fastest of the three (never without a probe)")
     overlap_probe_steps: int = _opt(10, NON_NEGATIVE, "with "
                                     "dist.collective_overlap: a probe makes N serial steps "
-                                    "then N overlapped ones, times each mode over its last "
-                                    "N - 1, and the ranks keep the faster (0: no probe, "
+                                    "then N overlapped ones (and N gathered ahead, "
+                                    "dist.gather_ahead=auto), times each mode over its last "
+                                    "N - 1, and the ranks keep the fastest (0: no probe, "
                                     "overlapped from the first step)")
     overlap_probe_every: int = _opt(1000, NON_NEGATIVE, "with dist.overlap_probe_steps: a "
                                     "probe every N steps, the first at the run's start (0: "
-                                    "that one only); at least 2 x dist.overlap_probe_steps")
+                                    "that one only); at least 2 x dist.overlap_probe_steps "
+                                    "(3 x with dist.gather_ahead=auto)")
     overlap_cost: float = _opt(0.14, NON_NEGATIVE, "what staging costs a synthetic rank's "
                                "overlapped step, as a fraction of its compute (dba3c bench "
                                "scale charges the cost bench/overlap_cost.json holds, which "
@@ -609,16 +625,24 @@ def _aggregation_errors(cfg: Config) -> list[str]:
     return errors
 
 
+def probe_modes(dist: DistConfig) -> tuple[str, ...]:
+    """The modes an overlap probe times, in its order: serial and overlapped steps, and
+    overlapped steps gathered ahead with ``dist.gather_ahead=auto``."""
+    return ("serial", "overlapped", "ahead") if dist.gather_ahead == "auto" else \
+        ("serial", "overlapped")
+
+
 def _probe_errors(dist: DistConfig) -> list[str]:
     """A probe times each mode over all its steps but the first, so it needs two of each,
     and a probe must end before the next one starts."""
-    probe, every = dist.overlap_probe_steps, dist.overlap_probe_every
+    probe, every, modes = dist.overlap_probe_steps, dist.overlap_probe_every, probe_modes(dist)
     if probe == 1:
         return ["dist.overlap_probe_steps=1 times nothing (a mode's first step is not timed): "
                 "use 0 (no probe) or at least 2"]
-    if probe and every and every < 2 * probe:
-        return [f"dist.overlap_probe_every={every} must be 0 or at least 2 x "
-                f"dist.overlap_probe_steps={probe} (a probe's {2 * probe} steps)"]
+    if probe and every and every < len(modes) * probe:
+        return [f"dist.overlap_probe_every={every} must be 0 or at least {len(modes)} x "
+                f"dist.overlap_probe_steps={probe} (a probe's {len(modes) * probe} steps: "
+                f"{', '.join(modes)})"]
     return []
 
 
@@ -684,6 +708,8 @@ def validation_errors(cfg: Config, world: WorldCheck | None = None) -> list[str]
         for f in dataclasses.fields(cls):
             key, value = f"{section}.{f.name}", getattr(values, f.name)
             problem = _type_error(key, value, str(f.type))  # a string: postponed annotations
+            if problem and isinstance(f.metadata["check"], _OneOf):
+                problem = f"{key}={value!r} must be {f.metadata['check'].allowed}"
             if problem is None and isinstance(value, float) and not math.isfinite(value):
                 problem = _non_finite_error(key, value, f.metadata)
             if problem is None and f.metadata["check"] is not None:

@@ -116,6 +116,9 @@ class StagedClient(ParameterClient, Protocol):
     num_buckets: int
     busy: threading.Event
     """Set while communication is in flight (what :meth:`progress` advances)."""
+    gathering_ahead: bool
+    """Whether the last bucket's update and its way back start before the rest of the step
+    (``dist.gather_ahead``); set between steps."""
 
     def offer(self, version: int, bucket: int, grad_bucket: np.ndarray) -> None:
         """Bucket ``bucket`` of the gradient computed at ``version``; keep ``grad_bucket``

@@ -30,7 +30,7 @@ for wire in ("bfloat16", "float32"):
 PY
 
 scale() {  # HIDDEN DTYPE RUN: one pair, gathered ahead first
-    for ahead in true false; do
+    for ahead in always never; do
         dba3c bench scale --aggregation collective --time-scale 400 --workers 64 --links 10 \
             --hidden "$1" --wire-dtype "$2" "dist.gather_ahead=$ahead" \
             --out "$out/w64-fc$1-$2-ahead-$ahead-$3.json"

@@ -12,7 +12,8 @@ world of two or more: the job's second rank is an evaluator that only waits, ``e
 0.) The run alternates from its first
 step: ``--probe-steps`` serial steps, as many overlapped ones, again (``dist.
 overlap_probe_steps``, ``dist.overlap_probe_every`` at twice that: probes back to back, as
-:func:`~dba3c.distributed.collective.staged.probe_mode` numbers them), so drift of the machine
+:func:`~dba3c.distributed.collective.staged.probe_mode` numbers them; ``dist.gather_ahead``
+never, so no third mode), so drift of the machine
 falls on both modes alike. Each mode's seconds per step in each probe are read from the
 chief's metrics as the rank times them (:func:`phase_seconds`: the phase's first step, which
 may trace a graph, left out); the first probe (warm-up) is left out too. The cost is the
@@ -118,7 +119,7 @@ def measure(config: str, steps: int, probe: int, work_dir: Path, out: Path) -> i
     cores = os.cpu_count() or 1
     run_overrides = [*overrides(1, steps, "auto", work_dir),
                      f"dist.overlap_probe_steps={probe}",
-                     f"dist.overlap_probe_every={2 * probe}"]
+                     f"dist.overlap_probe_every={2 * probe}", "dist.gather_ahead=never"]
     stderr, metrics, cpu, wall = run_job(config, run_overrides, 1, cores, work_dir,
                                          evaluator=True)
     probes = phase_seconds(metrics, probe)[1:]  # the first warms up

@@ -246,13 +246,23 @@ def test_an_overlap_probe_times_two_steps_of_each_mode_and_ends_before_the_next(
     with pytest.raises(UserError, match=r"dist.overlap_probe_steps=1 times nothing \(a "
                        r"mode's first step is not timed\): use 0 \(no probe\) or at least 2"):
         from_dict({"dist": {"overlap_probe_steps": 1}})
+    with pytest.raises(UserError) as e:  # dist.gather_ahead=auto: a third mode
+        from_dict({"dist": {"overlap_probe_steps": 5, "overlap_probe_every": 14}})
+    assert str(e.value) == ("dist.overlap_probe_every=14 must be 0 or at least 3 x "
+                            "dist.overlap_probe_steps=5 (a probe's 15 steps: serial, "
+                            "overlapped, ahead)")
     with pytest.raises(UserError) as e:
-        from_dict({"dist": {"overlap_probe_steps": 5, "overlap_probe_every": 9}})
+        from_dict({"dist": {"overlap_probe_steps": 5, "overlap_probe_every": 9,
+                            "gather_ahead": "never"}})
     assert str(e.value) == ("dist.overlap_probe_every=9 must be 0 or at least 2 x "
-                            "dist.overlap_probe_steps=5 (a probe's 10 steps)")
-    for every in (0, 10):  # once; back to back
-        assert from_dict({"dist": {"overlap_probe_steps": 5,
-                                   "overlap_probe_every": every}}).dist.overlap_probe_every == every
+                            "dist.overlap_probe_steps=5 (a probe's 10 steps: serial, "
+                            "overlapped)")
+    for every, ahead in ((0, "auto"), (15, "auto"), (10, "always")):  # once; back to back
+        assert from_dict({"dist": {"overlap_probe_steps": 5, "overlap_probe_every": every,
+                                   "gather_ahead": ahead}}).dist.overlap_probe_every == every
+    with pytest.raises(UserError, match="dist.gather_ahead=True must be one of auto, always, "
+                       "never"):
+        from_dict({"dist": {"gather_ahead": True}})
     assert from_dict({"dist": {"overlap_probe_steps": 0, "overlap_probe_every": 1}})
 
 

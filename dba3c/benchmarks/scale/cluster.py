@@ -200,7 +200,7 @@ def point_result(plan: PointPlan, cfg: Config, metrics: list[dict],
     # the point's poll caps are multiplied by its time scale (job_runs)
     algorithm, poll_s = cfg.dist.collective_algorithm, cfg.dist.collective_poll_s / s
     staged_cost, replicated = cfg.dist.overlap_cost, cfg.dist.replicate_first_bucket
-    ahead = cfg.dist.gather_ahead
+    ahead = cfg.dist.gather_ahead == "always"  # the bench runs no probe: auto is never
     model_s = model_step_seconds(point, num_params, compute_ms / 1000, s, algorithm=algorithm,
                                  poll_s=poll_s, buckets=buckets, staged_cost=staged_cost,
                                  replicated_first=replicated, ahead=ahead)

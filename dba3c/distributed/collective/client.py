@@ -139,8 +139,10 @@ class CollectiveClient:
         answering QUERY).
       wire: the type of the gradients and of the parameters' changes in the collectives
         (``dist.wire_dtype``): float32 or bfloat16.
-      gather_ahead: the last bucket's update and allgather start as soon as its
-        reduce-scatter has completed (``dist.gather_ahead``; with more than one bucket).
+      gather_ahead: ``dist.gather_ahead``: the last bucket's update and allgather start as
+        soon as its reduce-scatter has completed (with more than one bucket): ``always``;
+        ``auto``: while :attr:`gathering_ahead` is set (the overlap probe's choice, off at
+        first); ``never``.
 
     Buckets are offered last first (the order the backward pass makes them) and gathered
     first first; every rank starts the same collectives in the same order. MPI requests are
@@ -152,7 +154,7 @@ class CollectiveClient:
                  train: TrainConfig, *, chief: bool, wants_stop: Callable[[], bool],
                  idle: Callable[[], None] | None = None,
                  max_sleep_s: float = WAIT_MAX_SLEEP_S, wire: str = "float32",
-                 gather_ahead: bool = False):
+                 gather_ahead: str = "never"):
         self.group, self.shard, self.plan, self.train = group, shard, plan, train
         self.max_sleep_s = max_sleep_s
         self.chief, self.wants_stop = chief, wants_stop
@@ -173,12 +175,14 @@ class CollectiveClient:
         # gathered ahead: the last bucket (None: not), on a group of its own; its
         # reduce-scatter until its update has gone ahead, then its allgather; on the float32
         # wire its parameters arrive beside theta (theta_t stays until the step is kept)
-        self._ahead = self.num_buckets - 1 if gather_ahead and self.num_buckets > 1 else None
-        self._ahead_group = None if self._ahead is None else group.duplicate()
+        can_go_ahead = gather_ahead != "never" and self.num_buckets > 1
+        self._ahead = self.num_buckets - 1 if can_go_ahead and gather_ahead == "always" \
+            else None
+        self._ahead_group = group.duplicate() if can_go_ahead else None
         self._ahead_reduction: Request | None = None
         self._ahead_gather: Request = Completed()
-        ahead_size = 0 if self._ahead is None or self._changes_travel else \
-            plan.num_params - plan.bucket_starts[self._ahead]
+        ahead_size = 0 if not can_go_ahead or self._changes_travel else \
+            plan.num_params - plan.bucket_starts[self.num_buckets - 1]
         self._ahead_params = np.zeros(ahead_size, np.float32)
         self._pieces = plan.pieces(group.rank)  # this shard's [lo, hi) in theta, per bucket
         self._in_shard = [slice(o, o + hi - lo) for o, (lo, hi) in
@@ -191,6 +195,21 @@ class CollectiveClient:
         self.busy = threading.Event()  # set while _in_flight holds any (the Poller's cue)
         self._next_bucket = self.num_buckets - 1
         self.stopping = train.reached_max_steps(shard.version)
+
+    @property
+    def gathering_ahead(self) -> bool:
+        """Whether the last bucket goes ahead (``dist.gather_ahead``); set between steps
+        (nothing in flight), and only where it can (not ``never``, more than one bucket)."""
+        return self._ahead is not None
+
+    @gathering_ahead.setter
+    def gathering_ahead(self, on: bool) -> None:
+        if on and self._ahead_group is None:
+            raise RuntimeError("gathering ahead needs dist.gather_ahead always or auto and "
+                               "more than one bucket")
+        if self._next_bucket != self.num_buckets - 1 or self._ahead_reduction is not None:
+            raise RuntimeError("gathering ahead switched inside a step")
+        self._ahead = self.num_buckets - 1 if on else None
 
     def completed(self, requests: Sequence[Request]) -> bool:
         """Whether every one of ``requests`` has completed (each tested once)."""

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from dba3c.config import probe_modes
 from dba3c.core import Incoming, Params, StagedClient, parameters_loaded
 from dba3c.distributed.transport.poller import Poller
 from dba3c.training.faults import non_finite_due
@@ -38,30 +39,37 @@ from dba3c.training.worker import AfterBackward, AfterStep, Worker
 PROGRESS_CAPS = 4
 
 
-def overlap_choice(serial_s: np.ndarray, overlapped_s: np.ndarray,
-                   was: bool | None) -> tuple[bool, str | None]:
-    """Whether to overlap, from every rank's seconds per step in a probe's serial steps
-    (``serial_s[r]``) and overlapped ones (``overlapped_s[r]``): the faster mode by the
-    ranks' mean (gathered, so every rank reaches the same answer; the steps are synchronous,
-    so the ranks' times differ only by noise). Also the line that says so when the choice
-    is not ``was`` (the one in force; None before the first), else None."""
-    serial, overlapped = float(np.mean(serial_s)), float(np.mean(overlapped_s))
-    overlap = overlapped < serial
-    if overlap == was:
-        return overlap, None
-    return overlap, (f"collective overlap {'on' if overlap else 'off'}: overlapped steps "
-                     f"took {1000 * overlapped:.1f} ms, serial ones {1000 * serial:.1f} ms "
-                     f"({100 * (overlapped / serial - 1):+.1f}%; the ranks' mean)")
+def probe_choice(step_s: np.ndarray, modes: tuple[str, ...],
+                 was: str | None) -> tuple[str, str | None]:
+    """Which mode to keep, from every rank's seconds per step in each mode of a probe
+    (``step_s[r, i]``: rank r, ``modes[i]``; :func:`dba3c.config.probe_modes`: serial,
+    overlapped, and gathered ahead with ``dist.gather_ahead=auto``): the fastest by the
+    ranks' mean, the earlier mode on a tie (gathered, so every rank reaches the same answer;
+    the steps are synchronous, so the ranks' times differ only by noise). Also the line that
+    says so when the choice is not ``was`` (the one in force; None before the first), else
+    None."""
+    means = {mode: float(np.mean(step_s[:, i])) for i, mode in enumerate(modes)}
+    chosen = modes[int(np.argmin([means[mode] for mode in modes]))]
+    if chosen == was:
+        return chosen, None
+    serial, overlapped = means["serial"], means["overlapped"]
+    line = (f"collective overlap {'off' if chosen == 'serial' else 'on'}: overlapped steps "
+            f"took {1000 * overlapped:.1f} ms, serial ones {1000 * serial:.1f} ms "
+            f"({100 * (overlapped / serial - 1):+.1f}%; the ranks' mean)")
+    if "ahead" in means:
+        line += (f"; gathered ahead {1000 * means['ahead']:.1f} ms "
+                 f"({100 * (means['ahead'] / overlapped - 1):+.1f}% of overlapped): "
+                 f"{'on' if chosen == 'ahead' else 'off'}")
+    return chosen, line
 
 
-def probe_mode(step: int, probe: int, every: int) -> str:
-    """What a run's ``step``-th step (1, 2, ... from its start) is: ``"serial"`` or
-    ``"overlapped"`` in a probe (``dist.overlap_probe_steps`` of each, one every
+def probe_mode(step: int, probe: int, every: int,
+               modes: tuple[str, ...] = ("serial", "overlapped")) -> str:
+    """What a run's ``step``-th step (1, 2, ... from its start) is: one of ``modes``, in
+    that order, in a probe (``dist.overlap_probe_steps`` of each, one every
     ``dist.overlap_probe_every`` steps, 0: at the start only), else ``"chosen"``."""
     position = step - 1 if every == 0 else (step - 1) % every
-    if position < probe:
-        return "serial"
-    return "overlapped" if position < 2 * probe else "chosen"
+    return modes[position // probe] if position < len(modes) * probe else "chosen"
 
 
 def offering(client: StagedClient, version: int,
@@ -114,9 +122,10 @@ class StagedTraining:
         ended it without them), as :meth:`~dba3c.training.worker.Worker.train`. Without a
         probe (``dist.overlap_probe_steps`` 0) every step overlaps; with one, every
         ``dist.overlap_probe_every`` steps (the first at the start) the ranks time that many
-        serial steps and as many overlapped ones and keep the faster
-        (:func:`overlap_choice`: every rank gathers every rank's timings, so each reaches
-        the same answer; rank 0 says so in one line when the choice changes)."""
+        serial steps, as many overlapped ones and, with ``dist.gather_ahead=auto``, as many
+        overlapped ones gathered ahead, and keep the fastest (:func:`probe_choice`: every
+        rank gathers every rank's timings, so each reaches the same answer; rank 0 says so
+        in one line when the choice changes)."""
         worker, client = self.worker, self.client
         params: Params | None = worker.start(client)
         assert params is not None
@@ -126,20 +135,23 @@ class StagedTraining:
         try:
             if not dist.overlap_probe_steps:
                 return self.overlapped(params)
-            overlap: bool | None = None
+            modes = probe_modes(dist)
+            steps_of = {"serial": worker.train_from, "overlapped": self.overlapped_steps,
+                        "ahead": self.ahead_steps}
+            kept: str | None = None
             while params is not None and not client.stopping:
                 timings = []
-                for mode in (worker.train_from, self.overlapped_steps):
-                    step_s, params = self.timed(mode, params, dist.overlap_probe_steps)
+                for name in modes:
+                    step_s, params = self.timed(steps_of[name], params,
+                                                dist.overlap_probe_steps)
                     if params is None or client.stopping:
                         return params
                     timings.append(step_s)
-                times = client.gather(np.array(timings))
-                overlap, line = overlap_choice(times[:, 0], times[:, 1], overlap)
+                kept, line = probe_choice(client.gather(np.array(timings)), modes, kept)
                 if line and worker.rank == 0:
                     print(f"from step {params.version}: {line}", file=sys.stderr, flush=True)
-                mode = self.overlapped_steps if overlap else worker.train_from
-                chosen = dist.overlap_probe_every - 2 * dist.overlap_probe_steps
+                mode = steps_of[kept]
+                chosen = dist.overlap_probe_every - len(modes) * dist.overlap_probe_steps
                 if dist.overlap_probe_every == 0:
                     return mode(client, self.after_step, params)
                 if chosen:
@@ -168,6 +180,15 @@ class StagedTraining:
         are this loop's own)."""
         assert client is self.client and after_step is self.after_step
         return self.overlapped(params, max_steps)
+
+    def ahead_steps(self, client: StagedClient, after_step: AfterStep, params: Params,
+                    max_steps: int | None = None) -> Params | None:
+        """:meth:`overlapped_steps` with the last bucket gathered ahead
+        (``client.gathering_ahead``), as it was afterwards."""
+        was, client.gathering_ahead = client.gathering_ahead, True
+        after = self.overlapped_steps(client, after_step, params, max_steps)
+        client.gathering_ahead = was  # between steps: nothing is left in flight
+        return after
 
     def overlapped(self, params: Params, max_steps: int | None = None) -> Params | None:
         """Overlapped steps from ``params`` (loaded, no collective in flight) to the end, or

@@ -287,7 +287,7 @@ def test_the_last_bucket_gathered_ahead_gives_the_same_bits(wire, staged):
     worlds = [collective_world(make_cfg(workers=3, ps=1, max_steps=STEPS, wire_dtype=wire,
                                         gather_ahead=ahead), 3, gradient, buckets, staged,
                                replicated_first=True)
-              for ahead in (False, True)]
+              for ahead in ("never", "always")]
     for (got, got_shard), (want, want_shard) in zip(worlds[1], worlds[0]):
         assert [p.version for p in got] == list(range(STEPS + 1))
         assert [p.nonfinite_streak for p in got] == [p.nonfinite_streak for p in want]
@@ -305,7 +305,7 @@ def test_the_last_buckets_update_goes_ahead_before_finish_and_leaves_the_shard_a
     # every rank offers the last bucket only: its reduce-scatter completes, and polling
     # (the staged step's progress thread) computes that piece's update and starts its
     # allgather; the shard (what a checkpoint reads) still holds version 0 until finish
-    cfg = make_cfg(workers=2, ps=1, max_steps=STEPS, gather_ahead=True)
+    cfg = make_cfg(workers=2, ps=1, max_steps=STEPS, gather_ahead="always")
     plan = ShardPlan(N, 2, (0, 4))
     offered = threading.Barrier(2)
 
@@ -341,6 +341,41 @@ def test_the_last_buckets_update_goes_ahead_before_finish_and_leaves_the_shard_a
 
     thetas = [p.theta for p in run_threads(rank_loop, 2)]
     assert np.array_equal(thetas[0], thetas[1])
+
+
+def test_gathering_ahead_switches_between_steps_only_and_only_where_it_can():
+    # auto: off at first, on and off between steps (the probe's choice), the same bits as
+    # never throughout; never, or one bucket: it cannot be switched on
+    def rank_loop(transport, gather_ahead, buckets, switch_at):
+        cfg = make_cfg(workers=2, ps=1, max_steps=STEPS, gather_ahead=gather_ahead)
+        plan = ShardPlan(N, 2, buckets)
+        client = rank_client(transport, plan, cfg)
+        thetas = [client.pull().theta]
+        assert client.gathering_ahead is False
+        for version in range(6):
+            client.gathering_ahead = version in switch_at
+            grad = grad_of(client.group.rank, version)
+            for b in reversed(range(plan.num_buckets)):
+                lo, hi = plan.bucket_bounds(b)
+                client.offer(version, b, grad[lo:hi])
+                if b == plan.num_buckets - 1 and plan.num_buckets > 1:
+                    with pytest.raises(RuntimeError, match="switched inside a step"):
+                        client.gathering_ahead = False
+            arriving = client.finish()
+            assert arriving is not None
+            thetas.append(arriving.params().theta)
+        return thetas
+
+    auto = run_threads(lambda t: rank_loop(t, "auto", (0, 4), {1, 2, 4}), 2)
+    never = run_threads(lambda t: rank_loop(t, "never", (0, 4), set()), 2)
+    for got, want in zip(auto, never):
+        assert all(np.array_equal(a.view(np.uint32), b.view(np.uint32))
+                   for a, b in zip(got, want))
+    for gather_ahead, buckets in (("never", (0, 4)), ("always", (0,))):
+        with pytest.raises(AssertionError, match="needs dist.gather_ahead always or auto "
+                           "and more than one bucket"):  # run_threads lists the ranks' errors
+            run_threads(functools.partial(rank_loop, gather_ahead=gather_ahead,
+                                          buckets=buckets, switch_at={0}), 2)
 
 
 def test_copies_of_a_replicated_first_bucket_that_differ_end_the_run_on_the_chief():
