@@ -207,7 +207,7 @@ class CollectiveClient:
         if on and self._ahead_group is None:
             raise RuntimeError("gathering ahead needs dist.gather_ahead always or auto and "
                                "more than one bucket")
-        if self._next_bucket != self.num_buckets - 1 or self._ahead_reduction is not None:
+        if self._next_bucket != self.num_buckets - 1:
             raise RuntimeError("gathering ahead switched inside a step")
         self._ahead = self.num_buckets - 1 if on else None
 
@@ -244,13 +244,15 @@ class CollectiveClient:
         """Keep ``requests`` for :meth:`progress` to advance (under the lock)."""
         self._keep(self._in_flight + requests)
 
-    def _gathering(self, group: Collectives, bucket: int, new: np.ndarray,
-                   changes: bool) -> Request:
-        """Start gathering bucket ``bucket`` of theta_{t+1} on ``group``: this rank's
-        piece of it is ``new``. ``changes`` (the bfloat16 wire): every rank's change d to it
-        travels, rounded, and ``new`` becomes theta_t + d, as every copy does;
+    def _gathering(self, bucket: int, new: np.ndarray, changes: bool,
+                   ahead: bool = False) -> Request:
+        """Start gathering bucket ``bucket`` of theta_{t+1} (``ahead``: on the ahead group):
+        this rank's piece of it is ``new``. ``changes`` (the bfloat16 wire): every rank's
+        change d to it travels, rounded, and ``new`` becomes theta_t + d, as every copy does;
         :meth:`land_changes` adds the gathered ones. Without, the pieces themselves travel:
-        into theta, or beside it for the bucket gathered ahead."""
+        into theta, or, gathered ahead, beside it."""
+        group = self._ahead_group if ahead else self.group
+        assert group is not None, "gathered ahead without an ahead group"
         lo, hi = self.plan.bucket_bounds(bucket)
         mine_lo, mine_hi = self._pieces[bucket]
         counts = self.plan.counts(bucket)
@@ -260,8 +262,8 @@ class CollectiveClient:
             new[:] = self.theta[mine_lo:mine_hi] + from_wire(change)
             return group.iallgather(change.view(np.uint16),
                                     self._changes[lo:hi].view(np.uint16), counts)
-        into = self._ahead_params if group is self._ahead_group else self.theta[lo:hi]
-        return group.iallgather(new, into, counts)
+        return group.iallgather(new, self._ahead_params if ahead else self.theta[lo:hi],
+                                counts)
 
     def _allgathers(self, changes: bool, ahead: bool = False) -> Arriving:
         """Start gathering theta_{t+1}: every rank's shard, or (``changes``, the bfloat16
@@ -272,19 +274,18 @@ class CollectiveClient:
         with self._lock:
             for b, piece in enumerate(self._in_shard):
                 lo, hi = self.plan.bucket_bounds(b)
-                if ahead and b == self._ahead:
+                if ahead and b == self._ahead:  # posted by _go_ahead
                     requests.append(self._ahead_gather)
                     if self.shard.nonfinite_streak == 0:  # the step was kept
                         self._unlanded.add(b)
-                    continue
-                if self.plan.replicated(b):
+                elif self.plan.replicated(b):
                     self.theta[lo:hi] = theta_shard[piece]
                     requests.append(Completed())
-                    continue
-                requests.append(self._gathering(self.group, b, theta_shard[piece], changes))
-                if changes:
-                    self._unlanded.add(b)
-            self._post([r for r in requests if r is not self._ahead_gather])
+                else:
+                    requests.append(self._gathering(b, theta_shard[piece], changes))
+                    self._post(requests[-1:])
+                    if changes:
+                        self._unlanded.add(b)
         return Arriving(self, requests)
 
     def _go_ahead(self) -> None:
@@ -295,12 +296,12 @@ class CollectiveClient:
         if request is None or not request.test():
             return
         self._ahead_reduction = None
-        assert self._ahead is not None and self._ahead_group is not None
+        assert self._ahead is not None
         piece = self._in_shard[self._ahead]
         g_tail = from_wire(self._part[piece]) / np.float32(self.group.size)  # as finish's mean
         new = self.shard.update_ahead(piece.start, g_tail)
-        self._ahead_gather = self._gathering(self._ahead_group, self._ahead, new,
-                                             self._changes_travel)
+        self._ahead_gather = self._gathering(self._ahead, new, self._changes_travel,
+                                             ahead=True)
         self._post([self._ahead_gather])
 
     def land_changes(self, bucket: int) -> None:
